@@ -1,0 +1,18 @@
+# Run at build time (POST_BUILD): asks a test program for its case names and
+# writes a ctest include file with one test per case.
+# Inputs: EXE, OUT, PREFIX, TIMEOUT, LABELS
+execute_process(COMMAND ${EXE} --list OUTPUT_VARIABLE cases
+                RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${EXE} --list failed (${rc}): ${err}")
+endif()
+string(REPLACE "\n" ";" cases "${cases}")
+set(text "")
+foreach(c IN LISTS cases)
+  if(c STREQUAL "")
+    continue()
+  endif()
+  string(APPEND text "add_test([=[${PREFIX}.${c}]=] [=[${EXE}]=] [=[${c}]=])\n")
+  string(APPEND text "set_tests_properties([=[${PREFIX}.${c}]=] PROPERTIES TIMEOUT ${TIMEOUT} LABELS [=[${LABELS}]=])\n")
+endforeach()
+file(WRITE ${OUT} "${text}")

@@ -1,0 +1,116 @@
+/*
+ * backend.c -- the registry of backends and the thin wrappers core code
+ * calls instead of touching an ops table.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/common.h"
+
+static const struct fb_backend_ops *const backends[] = {
+    &fb_backend_local,
+};
+
+const struct fb_backend_ops *fb_backend_find(const char *name)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(backends); i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            return backends[i];
+    fb_err(FIBER_ECONFIG, "backend '%s' does not exist; backends: local",
+           name);
+    return NULL;
+}
+
+int fb_backend_open(struct fb_backend **out, const char *name,
+                    const struct fb_config *cfg)
+{
+    const struct fb_backend_ops *ops = fb_backend_find(name);
+    if (!ops)
+        return FIBER_ECONFIG;
+    struct fb_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return fb_err(FIBER_ENOMEM, "out of memory opening backend");
+    be->ops = ops;
+    be->cfg = cfg;
+    if (ops->state_size) {
+        be->state = calloc(1, ops->state_size);
+        if (!be->state) {
+            free(be);
+            return fb_err(FIBER_ENOMEM, "out of memory opening backend");
+        }
+    }
+    int rc = ops->init(be);
+    if (rc) {
+        free(be->state);
+        free(be);
+        return rc;
+    }
+    *out = be;
+    return 0;
+}
+
+void fb_backend_close(struct fb_backend *be)
+{
+    if (!be)
+        return;
+    be->ops->fini(be);
+    free(be->state);
+    free(be);
+}
+
+int fb_backend_create_job(struct fb_backend *be,
+                          const struct fb_job_spec *spec, struct fb_job **out)
+{
+    struct fb_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return fb_err(FIBER_ENOMEM, "out of memory creating a job");
+    job->id = spec->job_id;
+    job->pid = -1;
+    if (be->ops->job_size) {
+        job->priv = calloc(1, be->ops->job_size);
+        if (!job->priv) {
+            free(job);
+            return fb_err(FIBER_ENOMEM, "out of memory creating a job");
+        }
+    }
+    int rc = be->ops->create_job(be, spec, job);
+    if (rc) {
+        free(job->priv);
+        free(job);
+        return rc;
+    }
+    *out = job;
+    return 0;
+}
+
+int fb_backend_event_fd(struct fb_backend *be, struct fb_job *job)
+{
+    return be->ops->event_fd ? be->ops->event_fd(be, job) : -1;
+}
+
+int fb_backend_poll_job(struct fb_backend *be, struct fb_job *job)
+{
+    if (job->state == FB_JOB_EXITED)
+        return 0;
+    return be->ops->poll_job(be, job);
+}
+
+int fb_backend_signal_job(struct fb_backend *be, struct fb_job *job,
+                          int force)
+{
+    if (job->state == FB_JOB_EXITED)
+        return 0;
+    return be->ops->signal_job(be, job, force);
+}
+
+int fb_backend_release_job(struct fb_backend *be, struct fb_job *job)
+{
+    if (!job)
+        return 0;
+    be->ops->release_job(be, job);
+    int status = job->exit_status;
+    free(job->priv);
+    free(job);
+    return status;
+}

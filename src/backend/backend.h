@@ -1,0 +1,146 @@
+/*
+ * backend.h -- the ops table every cluster-manager backend fills in.
+ *
+ * A backend turns a job spec into a running job (a local process, a
+ * container, a Slurm job, a pod), reports when it ends and how, stops it,
+ * and reads its logs.  fiber has no scheduler of its own: the backend's
+ * engine decides where jobs run.
+ *
+ * Threading: the runtime calls every op with its lock held, so ops on one
+ * backend are never concurrent and a backend needs no locking of its own.
+ * Ops must therefore not block for long; the comment on each says how long
+ * it may.
+ *
+ * Ownership: the runtime allocates struct fb_backend (with state_size bytes
+ * of private state at ->state) and each struct fb_job (with job_size bytes
+ * at ->priv), zeroed, and frees them after fini / release_job.  A backend
+ * never frees them itself.
+ *
+ * Core code calls the small fb_backend_* wrappers at the end of this file,
+ * never the table directly.
+ */
+#ifndef FB_BACKEND_H
+#define FB_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "fiber/fiber.h"
+
+enum fb_job_state {
+    FB_JOB_RUNNING = 0, /* created; may still be queued by the engine */
+    FB_JOB_EXITED = 1,  /* ended; exit_status is valid */
+};
+
+/* The local backend hands the bootstrap secret to the child on this
+ * descriptor (a pipe holding exactly the secret, then EOF). */
+#define FB_SECRET_FD 3
+
+struct fb_job_spec {
+    const char *program;   /* absolute path of the executable */
+    char *const *argv;     /* NULL-terminated; argv[0] is what ps shows */
+    char *const *env;      /* NULL-terminated NAME=value strings added to
+                              (and overriding) the master's environment */
+    const void *secret;    /* bootstrap secret, delivered so that only the
+                              job (and its user) can read it; the backend
+                              tells the child where in env
+                              (FIBER_BOOT_SECRET_FD or _FILE) */
+    size_t secret_len;
+    const char *name;      /* job name, unique within the run */
+    const fiber_job_opts *opts; /* resources, image, workdir; may be NULL */
+    uint64_t job_id;
+};
+
+struct fb_job {
+    uint64_t id;          /* the runtime's job id */
+    long pid;             /* OS pid where the backend has one, else -1 */
+    int state;            /* enum fb_job_state */
+    int exit_status;      /* when EXITED: exit code >= 0, or -signal */
+    void *priv;           /* job_size bytes for the backend */
+};
+
+struct fb_backend {
+    const struct fb_backend_ops *ops;
+    const struct fb_config *cfg; /* valid from init to fini */
+    void *state;                 /* state_size bytes for the backend */
+};
+
+struct fb_backend_ops {
+    /* The name used in configuration ("local"). */
+    const char *name;
+
+    /* FB_CAP_* bits. */
+    unsigned caps;
+#define FB_CAP_SAME_HOST 0x1u /* jobs run on this host: ipc sockets work */
+
+    size_t state_size;
+    size_t job_size;
+
+    /* Prepares the backend (checks that its engine is reachable).  May
+     * block for a few seconds talking to the engine.  Returns 0 or a
+     * FIBER_E* code with fiber_last_error() saying what is wrong and what
+     * to do; on failure fini is not called. */
+    int (*init)(struct fb_backend *be);
+
+    /* Releases what init acquired.  Every job has been released before.
+     * Must not fail. */
+    void (*fini)(struct fb_backend *be);
+
+    /* Starts a job.  May block briefly (a fork/exec, one engine request).
+     * On success fills job->pid and sets job->state = FB_JOB_RUNNING; the
+     * backend keeps no pointer to spec.  On failure returns FIBER_ESPAWN
+     * (or another code) with a message saying why (an exec failure is such
+     * an error, never a silent exit), and nothing is left running. */
+    int (*create_job)(struct fb_backend *be, const struct fb_job_spec *spec,
+                      struct fb_job *job);
+
+    /* Returns a descriptor that becomes readable when the job may have
+     * changed state (a pidfd), owned by the backend; or -1 if the backend
+     * has none, in which case the runtime calls poll_job periodically.
+     * Does not block. */
+    int (*event_fd)(struct fb_backend *be, struct fb_job *job);
+
+    /* Refreshes job->state and, once the job has ended, job->exit_status,
+     * reaping whatever the engine keeps (no zombies).  Does not block.
+     * Returns 0, or a code if the engine could not be asked (state
+     * unchanged). */
+    int (*poll_job)(struct fb_backend *be, struct fb_job *job);
+
+    /* Asks the job to stop: force = 0 politely (SIGTERM), force = 1 at once
+     * (SIGKILL).  Does not wait for it to end.  Signalling an ended job is
+     * not an error.  Returns 0 or a code. */
+    int (*signal_job)(struct fb_backend *be, struct fb_job *job, int force);
+
+    /* Appends what the job wrote to its output, as far as the backend keeps
+     * it, to out.  May be NULL when the backend keeps no logs (the local
+     * backend's children write to the master's terminal).  Returns 0,
+     * FIBER_ENOTSUP, or another code. */
+    int (*logs)(struct fb_backend *be, struct fb_job *job, fiber_buf *out);
+
+    /* Frees the job's backend resources.  Called once, after the job ended
+     * or after a forced stop.  Must not fail. */
+    void (*release_job)(struct fb_backend *be, struct fb_job *job);
+};
+
+/* Returns the ops table of the backend named name, or NULL with a message
+ * listing the backends that exist. */
+const struct fb_backend_ops *fb_backend_find(const char *name);
+
+/* The wrappers core code uses. */
+int fb_backend_open(struct fb_backend **out, const char *name,
+                    const struct fb_config *cfg);
+void fb_backend_close(struct fb_backend *be);
+int fb_backend_create_job(struct fb_backend *be,
+                          const struct fb_job_spec *spec, struct fb_job **out);
+int fb_backend_event_fd(struct fb_backend *be, struct fb_job *job);
+int fb_backend_poll_job(struct fb_backend *be, struct fb_job *job);
+int fb_backend_signal_job(struct fb_backend *be, struct fb_job *job,
+                          int force);
+/* Releases the job (killing it first if it still runs) and frees it;
+ * returns its final exit status. */
+int fb_backend_release_job(struct fb_backend *be, struct fb_job *job);
+
+extern const struct fb_backend_ops fb_backend_local;
+
+#endif /* FB_BACKEND_H */

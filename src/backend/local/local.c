@@ -1,0 +1,266 @@
+/*
+ * local.c -- the local backend: every job is a process on this host.
+ *
+ * Jobs are started with posix_spawn (glibc's uses clone(CLONE_VFORK), so an
+ * exec failure comes back as posix_spawn's return value rather than as a
+ * child that exits silently).  The child gets a clean descriptor table
+ * (everything from fd 4 up is closed; fiber's own descriptors are
+ * close-on-exec anyway), default signal handling, and the bootstrap secret
+ * on FB_SECRET_FD through a pipe that holds exactly the secret.
+ *
+ * Exits are noticed through a pidfd, which the runtime's service thread
+ * polls; poll_job reaps with waitpid(WNOHANG), so no zombie is left.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "core/common.h"
+#include "core/log.h"
+
+extern char **environ;
+
+struct local_job {
+    int pidfd; /* -1 when the kernel has no pidfd_open */
+};
+
+static int local_init(struct fb_backend *be)
+{
+    FB_UNUSED(be);
+    return 0;
+}
+
+static void local_fini(struct fb_backend *be) { FB_UNUSED(be); }
+
+/* Returns 1 if the NAME= part of the two NAME=value strings is the same. */
+static int same_name(const char *a, const char *b)
+{
+    const char *eq = strchr(a, '=');
+    size_t n = eq ? (size_t)(eq - a) : strlen(a);
+    return strncmp(a, b, n) == 0 && b[n] == '=';
+}
+
+/* Builds the child's environment: the master's, with spec->env and the
+ * secret's descriptor added (they override variables of the same name).
+ * The strings are borrowed; only the array is allocated. */
+static char **build_env(char *const *extra, char *secret_var)
+{
+    size_t n_env = 0, n_extra = 0;
+    while (environ && environ[n_env])
+        n_env++;
+    while (extra && extra[n_extra])
+        n_extra++;
+    char **env = calloc(n_env + n_extra + 2, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++) {
+        int overridden = same_name(environ[i], secret_var);
+        for (size_t j = 0; j < n_extra && !overridden; j++)
+            overridden = same_name(environ[i], extra[j]);
+        if (!overridden)
+            env[k++] = environ[i];
+    }
+    for (size_t j = 0; j < n_extra; j++)
+        env[k++] = extra[j];
+    env[k++] = secret_var;
+    env[k] = NULL;
+    return env;
+}
+
+/* Creates a pipe holding exactly the secret; returns its read end (never
+ * FB_SECRET_FD itself, so the dup2 in the child clears close-on-exec). */
+static int secret_pipe(const void *secret, size_t len, int *read_fd)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return fb_err_errno(FIBER_ESYS, "pipe2");
+    if (len > 0 && write(p[1], secret, len) != (ssize_t)len) {
+        close(p[0]);
+        close(p[1]);
+        return fb_err_errno(FIBER_ESYS, "writing the job's secret");
+    }
+    close(p[1]);
+    if (p[0] == FB_SECRET_FD) {
+        int moved = fcntl(p[0], F_DUPFD_CLOEXEC, FB_SECRET_FD + 1);
+        close(p[0]);
+        if (moved < 0)
+            return fb_err_errno(FIBER_ESYS, "fcntl(F_DUPFD_CLOEXEC)");
+        p[0] = moved;
+    }
+    *read_fd = p[0];
+    return 0;
+}
+
+static int setup_actions(posix_spawn_file_actions_t *fa, int secret_fd,
+                         const fiber_job_opts *opts)
+{
+    if (posix_spawn_file_actions_adddup2(fa, secret_fd, FB_SECRET_FD) != 0)
+        return -1;
+    if (posix_spawn_file_actions_addclosefrom_np(fa, FB_SECRET_FD + 1) != 0)
+        return -1;
+    if (opts && opts->workdir &&
+        posix_spawn_file_actions_addchdir_np(fa, opts->workdir) != 0)
+        return -1;
+    return 0;
+}
+
+static int setup_attr(posix_spawnattr_t *attr)
+{
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    if (posix_spawnattr_setsigmask(attr, &none) != 0 ||
+        posix_spawnattr_setsigdefault(attr, &all) != 0 ||
+        posix_spawnattr_setflags(attr,
+                                 POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        return -1;
+    return 0;
+}
+
+static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
+{
+    char secret_var[] = "FIBER_BOOT_SECRET_FD=3";
+    char **env = build_env(spec->env, secret_var);
+    if (!env)
+        return fb_err(FIBER_ENOMEM, "out of memory building the environment");
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    int rc = 0;
+    if (setup_actions(&fa, secret_fd, spec->opts) != 0 ||
+        setup_attr(&attr) != 0) {
+        rc = fb_err(FIBER_ENOMEM, "cannot prepare posix_spawn");
+    } else {
+        int err = posix_spawn(pid, spec->program, &fa, &attr, spec->argv, env);
+        if (err != 0) {
+            errno = err;
+            rc = fb_err_errno(FIBER_ESPAWN, "cannot start job '%s': exec %s",
+                              spec->name, spec->program);
+        }
+    }
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    return rc;
+}
+
+static int local_create_job(struct fb_backend *be,
+                            const struct fb_job_spec *spec, struct fb_job *job)
+{
+    FB_UNUSED(be);
+    struct local_job *lj = job->priv;
+    const fiber_job_opts *o = spec->opts;
+    if (o && (o->gpu > 0 || o->image))
+        return fb_err(FIBER_ENOTSUP,
+                      "job '%s': the local backend cannot %s; use a "
+                      "container or cluster backend",
+                      spec->name, o->gpu > 0 ? "reserve GPUs" : "run images");
+    int secret_fd = -1;
+    int rc = secret_pipe(spec->secret, spec->secret_len, &secret_fd);
+    if (rc)
+        return rc;
+    pid_t pid;
+    rc = spawn(spec, secret_fd, &pid);
+    close(secret_fd);
+    if (rc)
+        return rc;
+    job->pid = pid;
+    job->state = FB_JOB_RUNNING;
+    lj->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (lj->pidfd < 0)
+        fb_log_debug("pidfd_open(%d) failed; polling for exits instead",
+                     (int)pid);
+    return 0;
+}
+
+static int local_event_fd(struct fb_backend *be, struct fb_job *job)
+{
+    FB_UNUSED(be);
+    return ((struct local_job *)job->priv)->pidfd;
+}
+
+static int status_to_exit(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return -WTERMSIG(status);
+    return 255;
+}
+
+static int local_poll_job(struct fb_backend *be, struct fb_job *job)
+{
+    FB_UNUSED(be);
+    int status;
+    pid_t r = waitpid((pid_t)job->pid, &status, WNOHANG);
+    if (r == 0)
+        return 0;
+    if (r < 0) {
+        if (errno == EINTR)
+            return 0;
+        /* Someone else reaped it (the program set SIGCHLD to SIG_IGN or
+         * waits for any child).  It has ended; its status is lost. */
+        fb_log_warn("job %llu (pid %ld) was reaped by someone else; its "
+                    "exit status is unknown",
+                    (unsigned long long)job->id, job->pid);
+        status = 255 << 8;
+    }
+    job->state = FB_JOB_EXITED;
+    job->exit_status = status_to_exit(status);
+    return 0;
+}
+
+static int local_signal_job(struct fb_backend *be, struct fb_job *job,
+                            int force)
+{
+    FB_UNUSED(be);
+    /* Until poll_job reaps it, the pid cannot be reused, so kill() reaches
+     * the right process. */
+    if (kill((pid_t)job->pid, force ? SIGKILL : SIGTERM) != 0 &&
+        errno != ESRCH)
+        return fb_err_errno(FIBER_ESYS, "kill(%ld)", job->pid);
+    return 0;
+}
+
+static void local_release_job(struct fb_backend *be, struct fb_job *job)
+{
+    struct local_job *lj = job->priv;
+    if (job->state != FB_JOB_EXITED && job->pid > 0) {
+        local_signal_job(be, job, 1);
+        int status = 0;
+        pid_t r;
+        while ((r = waitpid((pid_t)job->pid, &status, 0)) < 0 && errno == EINTR)
+            ;
+        if (r < 0)
+            status = 255 << 8; /* reaped elsewhere: status lost */
+        job->state = FB_JOB_EXITED;
+        job->exit_status = status_to_exit(status);
+    }
+    if (lj->pidfd >= 0)
+        close(lj->pidfd);
+    lj->pidfd = -1;
+}
+
+const struct fb_backend_ops fb_backend_local = {
+    .name = "local",
+    .caps = FB_CAP_SAME_HOST,
+    .state_size = 0,
+    .job_size = sizeof(struct local_job),
+    .init = local_init,
+    .fini = local_fini,
+    .create_job = local_create_job,
+    .event_fd = local_event_fd,
+    .poll_job = local_poll_job,
+    .signal_job = local_signal_job,
+    .logs = NULL,
+    .release_job = local_release_job,
+};

@@ -1,0 +1,253 @@
+/*
+ * child.c -- the child role: what fiber_init() does in a job a backend
+ * started.  It never returns.
+ *
+ * 1. Read the bootstrap: the master's address, the job id and name from
+ *    FIBER_BOOT_* variables; the run's token from the secret descriptor
+ *    (local backend) or a file only this user can read (cluster backends).
+ * 2. Dial the master and send HELLO; wait for WELCOME (or REJECT: log why,
+ *    exit FB_EXIT_REJECTED).
+ * 3. Start the watchdog thread, then receive the assignment and run it.
+ *
+ * The watchdog is the one thread a child adds.  It waits for the master's
+ * end of the connection to close and then ends the process at once
+ * (_exit(FB_EXIT_MASTER_LOST)), so a child never outlives its master,
+ * whatever its task is doing.  It stops only with the process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "core/log.h"
+#include "core/runtime.h"
+#include "core/task.h"
+
+extern char **environ;
+
+struct boot {
+    const char *addr;
+    uint64_t job_id;
+    char name[FB_WIRE_NAME_MAX + 1];
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+};
+
+static void die(int code, const char *fmt, ...) FIBER_PRINTF(2, 3)
+    __attribute__((noreturn));
+
+static void die(int code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fiber_log(FIBER_LOG_ERROR, "%s", msg);
+    _exit(code);
+}
+
+static int read_full(int fd, uint8_t *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r > 0)
+            got += (size_t)r;
+        else if (r < 0 && errno == EINTR)
+            continue;
+        else
+            return -1;
+    }
+    return 0;
+}
+
+static void read_secret(struct boot *b)
+{
+    const char *fd_s = getenv("FIBER_BOOT_SECRET_FD");
+    const char *file = getenv("FIBER_BOOT_SECRET_FILE");
+    int fd = -1;
+    if (fd_s)
+        fd = atoi(fd_s);
+    else if (file)
+        fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        die(FB_EXIT_BOOT, "no readable bootstrap secret (FIBER_BOOT_SECRET_FD "
+                          "or FIBER_BOOT_SECRET_FILE)");
+    if (read_full(fd, b->token, sizeof b->token) != 0)
+        die(FB_EXIT_BOOT, "bootstrap secret is shorter than %u bytes",
+            FB_WIRE_TOKEN_LEN);
+    close(fd);
+}
+
+/* Reads the bootstrap and removes it from the environment, so that the
+ * task and anything it starts do not mistake themselves for fiber jobs. */
+static void read_boot(struct boot *b)
+{
+    static char addr[600];
+    const char *a = getenv("FIBER_BOOT_ADDR");
+    const char *job = getenv("FIBER_BOOT_JOB");
+    const char *name = getenv("FIBER_BOOT_NAME");
+    if (!a || !job || !name)
+        die(FB_EXIT_BOOT, "incomplete bootstrap environment");
+    fb_strlcpy(addr, a, sizeof addr);
+    b->addr = addr;
+    b->job_id = strtoull(job, NULL, 10);
+    fb_strlcpy(b->name, name, sizeof b->name);
+    read_secret(b);
+    unsetenv("FIBER_BOOT_ADDR");
+    unsetenv("FIBER_BOOT_JOB");
+    unsetenv("FIBER_BOOT_NAME");
+    unsetenv("FIBER_BOOT_RUN");
+    unsetenv("FIBER_BOOT_SECRET_FD");
+    unsetenv("FIBER_BOOT_SECRET_FILE");
+}
+
+static void setup_config_and_log(struct fb_runtime *rt, const struct boot *b)
+{
+    fb_config_defaults(&rt->cfg);
+    int rc = fb_config_load_env(&rt->cfg, environ);
+    fb_log_setup(rt->cfg.log_level, b->name);
+    if (rt->cfg.log_dir[0] && fb_log_to_dir(rt->cfg.log_dir, b->name) != 0)
+        fb_log_warn("logging to stderr: %s", fiber_last_error());
+    if (rc)
+        die(FB_EXIT_BOOT, "bad configuration from the master: %s",
+            fiber_last_error());
+}
+
+static void handshake(struct fb_runtime *rt, const struct boot *b,
+                      struct fb_conn *c)
+{
+    uint64_t deadline = fb_deadline_ms(rt->cfg.connect_timeout_ms);
+    int fd;
+    if (fb_sock_dial(b->addr, deadline, &fd) != 0)
+        die(FB_EXIT_UNREACHABLE, "cannot reach the master: %s",
+            fiber_last_error());
+    fb_conn_init(c, fd, rt->cfg.max_message_bytes);
+    struct fb_msg_hello h = {.build_id = rt->build_id,
+                             .build_id_len = (uint8_t)strlen(rt->build_id),
+                             .job_id = b->job_id,
+                             .pid = (uint32_t)getpid(),
+                             .name = b->name,
+                             .name_len = (uint8_t)strlen(b->name)};
+    memcpy(h.token, b->token, sizeof h.token);
+    if (fb_wire_put_hello(&c->out, &h) != 0 ||
+        fb_conn_flush_wait(c, deadline) != 0)
+        die(FB_EXIT_UNREACHABLE, "cannot send HELLO: %s", c->err);
+    struct fb_wire_hdr hdr;
+    const uint8_t *p;
+    int rc = fb_conn_recv_wait(c, &hdr, &p, deadline);
+    if (rc != 1)
+        die(FB_EXIT_REJECTED, "no WELCOME from the master: %s", c->err);
+    if (hdr.type == FB_MSG_REJECT) {
+        struct fb_msg_text t;
+        fb_wire_get_text(p, hdr.len, &t, NULL, 0);
+        die(FB_EXIT_REJECTED, "the master refused this job: %.*s",
+            (int)t.len, t.text);
+    }
+    if (hdr.type != FB_MSG_WELCOME)
+        die(FB_EXIT_PROTO, "expected WELCOME, got %s",
+            fb_msg_type_name(hdr.type));
+}
+
+static void *watchdog(void *arg)
+{
+    int fd = *(int *)arg;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    for (;;) {
+        int n = poll(&p, 1, -1);
+        if (n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            die(FB_EXIT_MASTER_LOST, "lost the connection to the master; "
+                                     "exiting");
+        if (n < 0 && errno != EINTR)
+            die(FB_EXIT_MASTER_LOST, "watchdog poll failed: %s",
+                strerror(errno));
+    }
+    return NULL;
+}
+
+static void start_watchdog(int *fd)
+{
+    pthread_t t;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int err = pthread_create(&t, NULL, watchdog, fd);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err)
+        die(FB_EXIT_BOOT, "cannot start the watchdog thread: %s",
+            strerror(err));
+    pthread_detach(t);
+}
+
+/* Runs a process target and reports its return value. */
+static void run_process(struct fb_conn *c, const struct fb_wire_hdr *hdr,
+                        const uint8_t *p)
+{
+    struct fb_msg_run m;
+    fb_wire_get_run(p, hdr->len, &m, NULL, 0);
+    char task[FB_WIRE_NAME_MAX + 1];
+    memcpy(task, m.task, m.task_len);
+    task[m.task_len] = '\0';
+    fiber_task_fn fn;
+    if (fiber_task_lookup(task, &fn) != 0) {
+        const char *why = fiber_last_error();
+        fb_wire_put_exit(&c->out, FB_EXIT_NOTASK, why, strlen(why));
+        fb_conn_flush_wait(c, fb_deadline_ms(5000));
+        die(FB_EXIT_NOTASK, "%s", why);
+    }
+    /* The argument is copied so the task gets an aligned buffer of its
+     * own that outlives any further reads on the connection. */
+    void *arg = malloc(m.arg_len ? m.arg_len : 1);
+    if (!arg)
+        die(FB_EXIT_BOOT, "out of memory for a %u-byte argument", m.arg_len);
+    memcpy(arg, m.arg, m.arg_len);
+    fiber_buf out = {0};
+    fb_task_failure_clear();
+    fb_log_debug("running task '%s' (%u argument bytes)", task, m.arg_len);
+    int rc = fn(arg, m.arg_len, &out);
+    const char *why = fb_task_failure();
+    /* A target that failed through fiber_task_fail() exits with 1, as a
+     * Python process whose target raised does; its message travels in
+     * EXIT.  (FIBER_ETASK itself would read as "killed by SIGTERM".) */
+    if (rc == FIBER_ETASK && why[0])
+        rc = 1;
+    fb_wire_put_exit(&c->out, rc, why, strnlen(why, FB_WIRE_TEXT_MAX));
+    fb_conn_flush_wait(c, fb_deadline_ms(5000));
+    free(arg);
+    fiber_buf_free(&out);
+    /* The connection stays open until the process ends: closing it under
+     * the watchdog would only make the watchdog spin. */
+    exit(rc & 0xff);
+}
+
+void fb_child_main(void)
+{
+    struct fb_runtime *rt = fb_rt();
+    static struct boot b;
+    static struct fb_conn conn;
+    read_boot(&b);
+    setup_config_and_log(rt, &b);
+    if (fb_build_id(rt->build_id, sizeof rt->build_id) != 0)
+        die(FB_EXIT_BOOT, "%s", fiber_last_error());
+    rt->master = 0;
+    handshake(rt, &b, &conn);
+    start_watchdog(&conn.fd);
+    struct fb_wire_hdr hdr;
+    const uint8_t *p;
+    int rc = fb_conn_recv_wait(&conn, &hdr, &p, UINT64_MAX);
+    if (rc != 1)
+        die(FB_EXIT_MASTER_LOST, "no assignment from the master: %s",
+            conn.err);
+    if (hdr.type == FB_MSG_RUN)
+        run_process(&conn, &hdr, p);
+    die(FB_EXIT_PROTO, "unexpected %s from the master",
+        fb_msg_type_name(hdr.type));
+}

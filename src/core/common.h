@@ -1,0 +1,45 @@
+/*
+ * common.h -- what every internal source file of fiber uses: error
+ * reporting into the per-thread message, clocks, small helpers.
+ *
+ * Internal symbols use the fb_ prefix and are hidden from the shared
+ * library's symbol table (-fvisibility=hidden); only FIBER_API functions
+ * are exported.
+ */
+#ifndef FB_COMMON_H
+#define FB_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fiber/fiber.h"
+
+#define FB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define FB_UNUSED(x) ((void)(x))
+
+/* Sets the calling thread's fiber_last_error() message (printf-style) and
+ * returns code, so error paths read `return fb_err(FIBER_EINVAL, "...")`. */
+int fb_err(int code, const char *fmt, ...) FIBER_PRINTF(2, 3);
+
+/* Like fb_err, appending ": <strerror(errno)>" with the errno value as it
+ * was on entry.  Returns code. */
+int fb_err_errno(int code, const char *fmt, ...) FIBER_PRINTF(2, 3);
+
+/* Clears the calling thread's message. */
+void fb_err_clear(void);
+
+/* Monotonic clock in nanoseconds and milliseconds. */
+uint64_t fb_now_ns(void);
+uint64_t fb_now_ms(void);
+
+/* Converts a timeout (negative = forever) into an absolute monotonic
+ * deadline in ms (UINT64_MAX = forever), and back into the milliseconds
+ * left, for poll() (-1 = forever, never negative otherwise). */
+uint64_t fb_deadline_ms(int timeout_ms);
+int fb_ms_left(uint64_t deadline_ms);
+
+/* snprintf that always NUL-terminates and never overflows; returns the
+ * number of bytes written (excluding the NUL). */
+size_t fb_strlcpy(char *dst, const char *src, size_t size);
+
+#endif /* FB_COMMON_H */

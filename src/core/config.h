@@ -1,0 +1,66 @@
+/*
+ * config.h -- fiber's configuration: keys, layers and validation.
+ *
+ * Layers, lowest priority first: built-in defaults, the INI file
+ * (.fiberconfig in the working directory), FIBER_<KEY> environment
+ * variables, then values set in code with fiber_config_set().  Each value
+ * remembers where it came from, so an error can say ".fiberconfig:3" or
+ * "environment variable FIBER_LOG_LEVEL".
+ *
+ * Environment variables that start with FIBER_BOOT_ are fiber's own
+ * bootstrap channel from master to child and are not configuration.
+ */
+#ifndef FB_CONFIG_H
+#define FB_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FB_TRANSPORT_IPC 0
+#define FB_TRANSPORT_TCP 1
+
+struct fb_config {
+    char backend[32];           /* "local" */
+    int log_level;              /* enum fiber_log_level */
+    char log_dir[512];          /* "" = default, decided by the runtime */
+    int transport;              /* FB_TRANSPORT_* */
+    char listen_host[256];      /* tcp only; default "127.0.0.1" */
+    int connect_timeout_ms;     /* > 0 */
+    int terminate_grace_ms;     /* >= 0 */
+    uint32_t max_message_bytes; /* 1 KiB .. 1 GiB */
+};
+
+/* Fills c with the built-in defaults. */
+void fb_config_defaults(struct fb_config *c);
+
+/* Parses value for key and stores it in c.  origin says where the pair
+ * came from, for messages ("fiber_config_set", ".fiberconfig:3",
+ * "environment variable FIBER_LOG_LEVEL").  Returns 0, or FIBER_ECONFIG
+ * with a message naming the key, the origin and, for a bad value, what
+ * would be accepted; c is unchanged on failure. */
+int fb_config_apply(struct fb_config *c, const char *key, const char *value,
+                    const char *origin);
+
+/* Applies every key of the INI file at path.  A missing file is not an
+ * error (returns 0).  Keys may stand before any section or under [fiber];
+ * any other section is an error.  Returns 0 or FIBER_ECONFIG (a syntax
+ * error, an unknown key or a bad value, named with file and line). */
+int fb_config_load_file(struct fb_config *c, const char *path);
+
+/* Applies every FIBER_<KEY> variable of envp (NULL-terminated, as environ),
+ * except FIBER_BOOT_*.  An unknown FIBER_ variable is an error naming it. */
+int fb_config_load_env(struct fb_config *c, char *const *envp);
+
+/* Writes the effective value of key as text into buf.  Returns 0 or
+ * FIBER_ECONFIG for an unknown key. */
+int fb_config_format(const struct fb_config *c, const char *key, char *buf,
+                     size_t size);
+
+/* Returns the name of the i-th configuration key (0-based, in table
+ * order), or NULL past the last one. */
+const char *fb_config_key_at(size_t i);
+
+/* Returns 1 if key is a known configuration key, else 0. */
+int fb_config_known(const char *key);
+
+#endif /* FB_CONFIG_H */

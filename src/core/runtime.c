@@ -1,0 +1,580 @@
+/*
+ * runtime.c -- fiber_init and the roles, the run's identity, configuration
+ * layering, and the master's job records.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "core/common.h"
+#include "core/log.h"
+#include "core/runtime.h"
+#include "core/task.h"
+
+extern char **environ;
+
+static struct fb_runtime rt = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .listen_fd = -1,
+    .epoll_fd = -1,
+    .wake_fd = -1,
+};
+
+struct fb_runtime *fb_rt(void) { return &rt; }
+
+void fb_rt_lock(void) { pthread_mutex_lock(&rt.lock); }
+void fb_rt_unlock(void) { pthread_mutex_unlock(&rt.lock); }
+int fb_rt_is_master(void) { return rt.initialized && rt.master; }
+const struct fb_config *fb_rt_config(void) { return &rt.cfg; }
+const uint8_t *fb_rt_token(void) { return rt.token; }
+const char *fb_rt_build_id(void) { return rt.build_id; }
+
+uint64_t fb_rt_dropped_peers(void)
+{
+    fb_rt_lock();
+    uint64_t n = rt.dropped_peers;
+    fb_rt_unlock();
+    return n;
+}
+
+int fb_rt_wait(uint64_t deadline_ms)
+{
+    if (deadline_ms == UINT64_MAX) {
+        pthread_cond_wait(&rt.changed, &rt.lock);
+        return 0;
+    }
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
+                          .tv_nsec = (long)(deadline_ms % 1000) * 1000000L};
+    int rc = pthread_cond_timedwait(&rt.changed, &rt.lock, &ts);
+    return rc == ETIMEDOUT ? FIBER_ETIMEDOUT : 0;
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+/* Builds a configuration from every layer: defaults, the file (master
+ * only: a child takes everything from its master through the
+ * environment), the environment, and fiber_config_set() values. */
+static int load_config(struct fb_config *c, int with_file)
+{
+    fb_config_defaults(c);
+    int rc = 0;
+    if (with_file)
+        rc = fb_config_load_file(c, ".fiberconfig");
+    if (rc == 0)
+        rc = fb_config_load_env(c, environ);
+    for (int i = 0; rc == 0 && i < rt.n_overrides; i++)
+        rc = fb_config_apply(c, rt.override_key[i], rt.override_val[i],
+                             "fiber_config_set");
+    return rc;
+}
+
+static int remember_override(const char *key, const char *value)
+{
+    for (int i = 0; i < rt.n_overrides; i++) {
+        if (strcmp(rt.override_key[i], key) == 0) {
+            char *v = strdup(value);
+            if (!v)
+                return fb_err(FIBER_ENOMEM, "out of memory");
+            free(rt.override_val[i]);
+            rt.override_val[i] = v;
+            return 0;
+        }
+    }
+    if (rt.n_overrides == FB_MAX_OVERRIDES)
+        return fb_err(FIBER_ECONFIG, "too many fiber_config_set calls");
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    }
+    rt.override_key[rt.n_overrides] = k;
+    rt.override_val[rt.n_overrides++] = v;
+    return 0;
+}
+
+FIBER_API int fiber_config_set(const char *key, const char *value)
+{
+    if (!key || !value)
+        return fb_err(FIBER_EINVAL, "fiber_config_set: key or value is NULL");
+    fb_rt_lock();
+    /* Validate against a scratch copy so that a bad value changes nothing. */
+    struct fb_config scratch;
+    if (rt.initialized)
+        scratch = rt.cfg;
+    else
+        fb_config_defaults(&scratch);
+    int rc = fb_config_apply(&scratch, key, value, "fiber_config_set");
+    if (rc == 0)
+        rc = remember_override(key, value);
+    if (rc == 0 && rt.initialized) {
+        rt.cfg = scratch;
+        fb_log_setup(rt.cfg.log_level, rt.master ? "master" : NULL);
+    }
+    fb_rt_unlock();
+    return rc;
+}
+
+FIBER_API int fiber_config_get(const char *key, char *buf, size_t size)
+{
+    if (!key || !buf)
+        return fb_err(FIBER_EINVAL, "fiber_config_get: key or buf is NULL");
+    fb_rt_lock();
+    int rc;
+    if (rt.initialized) {
+        rc = fb_config_format(&rt.cfg, key, buf, size);
+    } else {
+        struct fb_config c;
+        rc = load_config(&c, 1);
+        if (rc == 0)
+            rc = fb_config_format(&c, key, buf, size);
+    }
+    fb_rt_unlock();
+    return rc;
+}
+
+/* ---- init and shutdown ------------------------------------------------ */
+
+static void make_run_id(void)
+{
+    unsigned char r[4];
+    randombytes_buf(r, sizeof r);
+    snprintf(rt.run_id, sizeof rt.run_id, "fiber-%02x%02x%02x%02x", r[0],
+             r[1], r[2], r[3]);
+}
+
+static int init_master(void)
+{
+    int rc = load_config(&rt.cfg, 1);
+    if (rc)
+        return rc;
+    fb_log_setup(rt.cfg.log_level, "master");
+    randombytes_buf(rt.token, sizeof rt.token);
+    rc = fb_build_id(rt.build_id, sizeof rt.build_id);
+    if (rc)
+        return rc;
+    make_run_id();
+    rt.master = 1;
+    return 0;
+}
+
+static int init_common(int *argc, char ***argv)
+{
+    int rc = fb_task_registry_check();
+    if (rc)
+        return rc;
+    if (sodium_init() < 0)
+        return fb_err(FIBER_ESYS, "libsodium failed to initialise");
+    const char *a0 = (argc && argv && *argc > 0 && *argv) ? (*argv)[0] : NULL;
+    fb_strlcpy(rt.argv0, a0 ? a0 : "fiber-program", sizeof rt.argv0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rt.changed, &ca);
+    pthread_condattr_destroy(&ca);
+    return 0;
+}
+
+FIBER_API int fiber_init(int *argc, char ***argv)
+{
+    fb_err_clear();
+    fb_rt_lock();
+    if (rt.initialized) {
+        fb_rt_unlock();
+        return fb_err(FIBER_ESTATE, "fiber_init() was already called");
+    }
+    int rc = init_common(argc, argv);
+    if (rc == 0 && getenv("FIBER_BOOT_ADDR")) {
+        rt.initialized = 1;
+        fb_rt_unlock();
+        fb_child_main(); /* never returns */
+    }
+    if (rc == 0)
+        rc = init_master();
+    if (rc == 0) {
+        rt.initialized = 1;
+        atexit(fiber_shutdown);
+    }
+    fb_rt_unlock();
+    return rc;
+}
+
+FIBER_API int fiber_is_master(void)
+{
+    if (!rt.initialized)
+        return -1;
+    return rt.master;
+}
+
+FIBER_API const char *fiber_run_id(void) { return rt.run_id; }
+
+FIBER_API const char *fiber_version(void) { return FIBER_VERSION_STRING; }
+
+/* Removes the run directory if nothing worth keeping is in it: the socket
+ * goes, and so do empty child logs; logs with content stay for the user. */
+static void clean_run_dir(void)
+{
+    if (!rt.run_dir[0])
+        return;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/master.sock", rt.run_dir);
+    unlink(path);
+    DIR *d = opendir(rt.log_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            struct stat st;
+            snprintf(path, sizeof path, "%s/%s", rt.log_dir, e->d_name);
+            if (e->d_name[0] != '.' && stat(path, &st) == 0 &&
+                S_ISREG(st.st_mode) && st.st_size == 0)
+                unlink(path);
+        }
+        closedir(d);
+        rmdir(rt.log_dir);
+    }
+    rmdir(rt.run_dir);
+}
+
+/* Stops every job that still runs: politely, then by force after the grace
+ * period.  Lock held. */
+static void stop_all_jobs(void)
+{
+    for (struct fb_jobrec *j = rt.jobs; j; j = j->next) {
+        if (j->connected)
+            fb_conn_close(&j->conn); /* the child notices and exits */
+        j->connected = 0;
+        if (j->job && !j->ended)
+            fb_backend_signal_job(rt.backend, j->job, 0);
+    }
+    uint64_t deadline = fb_deadline_ms(rt.cfg.terminate_grace_ms);
+    for (;;) {
+        int running = 0;
+        for (struct fb_jobrec *j = rt.jobs; j; j = j->next) {
+            if (j->job && !j->ended) {
+                fb_backend_poll_job(rt.backend, j->job);
+                if (j->job->state == FB_JOB_EXITED) {
+                    j->ended = 1;
+                    j->exit_status = j->job->exit_status;
+                }
+                else
+                    running++;
+            }
+        }
+        if (!running || fb_ms_left(deadline) == 0)
+            break;
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    for (struct fb_jobrec *j = rt.jobs; j; j = j->next) {
+        if (!j->job)
+            continue;
+        /* Release kills what is left and says how it ended. */
+        j->exit_status = fb_backend_release_job(rt.backend, j->job);
+        j->job = NULL;
+        j->ended = 1;
+    }
+}
+
+FIBER_API void fiber_shutdown(void)
+{
+    fb_rt_lock();
+    int active = rt.initialized && rt.master && !rt.shut_down;
+    rt.shut_down = 1;
+    fb_rt_unlock();
+    if (!active)
+        return;
+    fb_service_stop();
+    fb_rt_lock();
+    if (rt.backend) {
+        stop_all_jobs();
+        fb_backend_close(rt.backend);
+        rt.backend = NULL;
+    }
+    clean_run_dir();
+    pthread_cond_broadcast(&rt.changed);
+    fb_rt_unlock();
+}
+
+/* ---- job records ------------------------------------------------------ */
+
+struct fb_jobrec *fb_rt_find_job(uint64_t id)
+{
+    struct fb_jobrec *j = rt.hash[id % FB_HASH_BUCKETS];
+    while (j && j->id != id)
+        j = j->hash_next;
+    return j;
+}
+
+static void link_job(struct fb_jobrec *j)
+{
+    struct fb_jobrec **b = &rt.hash[j->id % FB_HASH_BUCKETS];
+    j->hash_next = *b;
+    *b = j;
+    j->next = rt.jobs;
+    if (rt.jobs)
+        rt.jobs->prev = j;
+    rt.jobs = j;
+}
+
+static void unlink_job(struct fb_jobrec *j)
+{
+    struct fb_jobrec **b = &rt.hash[j->id % FB_HASH_BUCKETS];
+    while (*b && *b != j)
+        b = &(*b)->hash_next;
+    if (*b)
+        *b = j->hash_next;
+    if (j->prev)
+        j->prev->next = j->next;
+    else if (rt.jobs == j)
+        rt.jobs = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    j->next = j->prev = j->hash_next = NULL;
+}
+
+/* Appends "FIBER_<KEY>=value" for every configuration key, so that a child
+ * runs with exactly its master's configuration. */
+static int config_env(char **env, size_t *n, size_t cap)
+{
+    for (size_t i = 0; fb_config_key_at(i); i++) {
+        const char *key = fb_config_key_at(i);
+        char val[600], var[700];
+        if (strcmp(key, "log_dir") == 0)
+            fb_strlcpy(val, rt.log_dir, sizeof val);
+        else if (fb_config_format(&rt.cfg, key, val, sizeof val) != 0)
+            continue;
+        size_t k = (size_t)snprintf(var, sizeof var, "FIBER_");
+        for (const char *p = key; *p && k + 1 < sizeof var; p++)
+            var[k++] = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+        snprintf(var + k, sizeof var - k, "=%s", val);
+        if (*n + 1 >= cap || !(env[*n] = strdup(var)))
+            return fb_err(FIBER_ENOMEM, "out of memory building job env");
+        (*n)++;
+    }
+    return 0;
+}
+
+static void free_env(char **env)
+{
+    for (size_t i = 0; env && env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+static char **job_env(const struct fb_jobrec *j, const fiber_job_opts *opts)
+{
+    size_t n_user = 0;
+    while (opts && opts->env && opts->env[n_user])
+        n_user++;
+    size_t cap = n_user + 64, n = 0;
+    char **env = calloc(cap, sizeof *env);
+    if (!env)
+        return NULL;
+    char var[700];
+    const char *boot[4][2] = {{"ADDR", rt.address},
+                              {"NAME", j->name},
+                              {"RUN", rt.run_id},
+                              {"JOB", NULL}};
+    char id[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
+    boot[3][1] = id;
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(var, sizeof var, "FIBER_BOOT_%s=%s", boot[i][0], boot[i][1]);
+        if (!(env[n++] = strdup(var)))
+            goto fail;
+    }
+    if (config_env(env, &n, cap) != 0)
+        goto fail;
+    for (size_t i = 0; i < n_user; i++)
+        if (!(env[n++] = strdup(opts->env[i])))
+            goto fail;
+    return env;
+fail:
+    free_env(env);
+    return NULL;
+}
+
+/* Names become log file names and travel in HELLO: keep them tame. */
+static int fb_job_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > FB_WIRE_NAME_MAX || name[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int new_record(struct fb_jobrec **out, const char *prefix,
+                      const char *name, const struct fb_owner_ops *ops,
+                      void *owner)
+{
+    struct fb_jobrec *j = calloc(1, sizeof *j);
+    if (!j)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    j->id = ++rt.next_job_id;
+    j->ops = ops;
+    j->owner = owner;
+    j->event_fd = -1;
+    j->conn.fd = -1;
+    if (name && *name) {
+        if (!fb_job_name_valid(name)) {
+            free(j);
+            return fb_err(FIBER_EINVAL,
+                          "job name '%.80s' is invalid: use 1..63 of "
+                          "[A-Za-z0-9_.-], not starting with '.'",
+                          name);
+        }
+        fb_strlcpy(j->name, name, sizeof j->name);
+    } else {
+        snprintf(j->name, sizeof j->name, "%s-%llu", prefix,
+                 (unsigned long long)++rt.next_proc_num);
+    }
+    *out = j;
+    return 0;
+}
+
+static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
+                         const char *program)
+{
+    char **env = job_env(j, opts);
+    if (!env)
+        return fb_err(FIBER_ENOMEM, "out of memory building job environment");
+    char flag[96];
+    snprintf(flag, sizeof flag, "--fiber-job=%s", j->name);
+    char *argv[] = {rt.argv0, flag, NULL};
+    struct fb_job_spec spec = {
+        .program = program ? program : "/proc/self/exe",
+        .argv = argv,
+        .env = env,
+        .secret = rt.token,
+        .secret_len = sizeof rt.token,
+        .name = j->name,
+        .opts = opts,
+        .job_id = j->id,
+    };
+    int rc = fb_backend_create_job(rt.backend, &spec, &j->job);
+    free_env(env);
+    if (rc)
+        return rc;
+    link_job(j);
+    rc = fb_service_watch_job(j);
+    if (rc) {
+        unlink_job(j);
+        fb_backend_release_job(rt.backend, j->job);
+        j->job = NULL;
+        return rc;
+    }
+    j->pid = j->job->pid;
+    fb_log_debug("started job %llu '%s' (pid %ld)", (unsigned long long)j->id,
+                 j->name, j->job->pid);
+    return 0;
+}
+
+int fb_rt_launch(struct fb_jobrec **out, const char *prefix, const char *name,
+                 const fiber_job_opts *opts, const struct fb_owner_ops *ops,
+                 void *owner, const char *program)
+{
+    fb_rt_lock();
+    int rc;
+    if (!rt.initialized)
+        rc = fb_err(FIBER_ENOTINIT, "call fiber_init() first");
+    else if (!rt.master)
+        rc = fb_err(FIBER_ENOTSUP,
+                    "only the master can start jobs (this is a child job)");
+    else if (rt.shut_down)
+        rc = fb_err(FIBER_ECLOSED, "fiber_shutdown() was called");
+    else if (opts && opts->backend && strcmp(opts->backend, rt.cfg.backend))
+        rc = fb_err(FIBER_ENOTSUP,
+                    "job asks for backend '%s' but this run uses '%s'; one "
+                    "backend per run is supported",
+                    opts->backend, rt.cfg.backend);
+    else
+        rc = fb_service_start();
+    struct fb_jobrec *j = NULL;
+    if (rc == 0)
+        rc = new_record(&j, prefix, opts && opts->name ? opts->name : name,
+                        ops, owner);
+    if (rc == 0)
+        rc = launch_locked(j, opts, program);
+    fb_rt_unlock();
+    if (rc) {
+        free(j);
+        return rc;
+    }
+    *out = j;
+    return 0;
+}
+
+int fb_rt_terminate(struct fb_jobrec *j)
+{
+    if (j->ended || !j->job)
+        return 0;
+    int rc = fb_backend_signal_job(rt.backend, j->job, 0);
+    if (rc == 0 && j->kill_at_ms == 0) {
+        j->kill_at_ms = fb_now_ms() + (uint64_t)rt.cfg.terminate_grace_ms;
+        if (j->kill_at_ms == 0)
+            j->kill_at_ms = 1;
+        fb_service_wake();
+    }
+    return rc;
+}
+
+void fb_rt_kick(struct fb_jobrec *j)
+{
+    if (j->connected && fb_conn_flush(&j->conn) == 1)
+        fb_service_wake(); /* it watches POLLOUT for unsent output */
+}
+
+void fb_rt_job_ended(struct fb_jobrec *j)
+{
+    fb_service_unwatch_job(j);
+    if (j->connected) {
+        /* Whatever the child sent before it exited is already buffered in
+         * the socket: read it so that a reported exit code is not lost. */
+        struct fb_wire_hdr h;
+        const uint8_t *p;
+        int r = fb_conn_read(&j->conn);
+        while (r == 0 && fb_conn_next(&j->conn, &h, &p) == 1) {
+            if (j->ops->message(j, &h, p) != 0)
+                break;
+            r = fb_conn_read(&j->conn);
+        }
+        fb_conn_close(&j->conn);
+        j->connected = 0;
+    }
+    j->ended = 1;
+    j->exit_status = j->job->exit_status;
+    if (j->ops->ended)
+        j->ops->ended(j);
+    pthread_cond_broadcast(&rt.changed);
+}
+
+void fb_rt_forget(struct fb_jobrec *j)
+{
+    if (!j)
+        return;
+    fb_rt_lock();
+    if (j->job) {
+        fb_service_unwatch_job(j);
+        j->exit_status = fb_backend_release_job(rt.backend, j->job);
+        j->job = NULL;
+    }
+    if (j->connected)
+        fb_conn_close(&j->conn);
+    unlink_job(j);
+    fb_rt_unlock();
+    free(j);
+}

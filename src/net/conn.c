@@ -1,0 +1,181 @@
+/*
+ * conn.c -- framed connections over non-blocking stream sockets.
+ *
+ * Input is read into one growing buffer and frames are handed out as views
+ * into it, so a frame costs no copy.  Memory per connection is bounded by
+ * the largest frame the peer may send (max_payload): bytes are only stored
+ * as they arrive, and a header that claims more than the limit ends the
+ * stream before anything is allocated for it.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "net/net.h"
+
+#define READ_CHUNK 65536u
+
+void fb_conn_init(struct fb_conn *c, int fd, uint32_t max_payload)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->max_payload = max_payload;
+}
+
+void fb_conn_close(struct fb_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    fiber_buf_free(&c->in);
+    fiber_buf_free(&c->out);
+    c->in_off = c->out_off = 0;
+}
+
+/* Moves unparsed input to the front once the parsed part dominates, so the
+ * buffer does not grow without bound on a long-lived connection. */
+static void compact_input(struct fb_conn *c)
+{
+    if (c->in_off == 0)
+        return;
+    size_t rest = c->in.len - c->in_off;
+    if (rest)
+        memmove(c->in.data, c->in.data + c->in_off, rest);
+    c->in.len = rest;
+    c->in_off = 0;
+}
+
+int fb_conn_read(struct fb_conn *c)
+{
+    /* One recv per call: the caller takes the frames out before reading
+     * again, so unparsed input never exceeds one frame plus one chunk, and
+     * a peer that floods us cannot make the buffer grow past that. */
+    compact_input(c);
+    size_t chunk = READ_CHUNK;
+    if (chunk > (size_t)c->max_payload + FB_WIRE_HDR_LEN)
+        chunk = (size_t)c->max_payload + FB_WIRE_HDR_LEN;
+    if (fiber_buf_reserve(&c->in, chunk) != 0)
+        return FIBER_ENOMEM;
+    for (;;) {
+        ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len,
+                         0);
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            return 0;
+        }
+        if (n == 0) {
+            snprintf(c->err, sizeof c->err, "peer closed the connection");
+            return FIBER_ECLOSED;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno == ECONNRESET || errno == EPIPE) {
+            snprintf(c->err, sizeof c->err, "connection reset by peer");
+            return FIBER_ECLOSED;
+        }
+        snprintf(c->err, sizeof c->err, "recv: %s", strerror(errno));
+        return FIBER_ESYS;
+    }
+}
+
+int fb_conn_next(struct fb_conn *c, struct fb_wire_hdr *h,
+                 const uint8_t **payload)
+{
+    const uint8_t *p = c->in.data + c->in_off;
+    size_t avail = c->in.len - c->in_off;
+    int rc = fb_wire_hdr_decode(p, avail, c->max_payload, h, c->err,
+                                sizeof c->err);
+    if (rc == 1)
+        return 0;
+    if (rc != 0)
+        return FIBER_EPROTO;
+    if (avail - FB_WIRE_HDR_LEN < h->len)
+        return 0;
+    rc = fb_wire_check_payload(h, p + FB_WIRE_HDR_LEN, c->err, sizeof c->err);
+    if (rc != 0)
+        return FIBER_EPROTO;
+    *payload = p + FB_WIRE_HDR_LEN;
+    c->in_off += FB_WIRE_HDR_LEN + h->len;
+    return 1;
+}
+
+int fb_conn_flush(struct fb_conn *c)
+{
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->fd, c->out.data + c->out_off,
+                         c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 1;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+            snprintf(c->err, sizeof c->err, "peer closed the connection");
+            return FIBER_ECLOSED;
+        }
+        snprintf(c->err, sizeof c->err, "send: %s", strerror(errno));
+        return FIBER_ESYS;
+    }
+    c->out.len = c->out_off = 0;
+    return 0;
+}
+
+/* Waits for events on the connection until deadline; 0 on readiness,
+ * FIBER_ETIMEDOUT, or FIBER_ESYS. */
+static int wait_fd(struct fb_conn *c, short events, uint64_t deadline_ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = events};
+    for (;;) {
+        int n = poll(&p, 1, fb_ms_left(deadline_ms));
+        if (n > 0)
+            return 0;
+        if (n == 0) {
+            snprintf(c->err, sizeof c->err, "timed out");
+            return FIBER_ETIMEDOUT;
+        }
+        if (errno != EINTR) {
+            snprintf(c->err, sizeof c->err, "poll: %s", strerror(errno));
+            return FIBER_ESYS;
+        }
+    }
+}
+
+int fb_conn_flush_wait(struct fb_conn *c, uint64_t deadline_ms)
+{
+    for (;;) {
+        int rc = fb_conn_flush(c);
+        if (rc != 1)
+            return rc;
+        rc = wait_fd(c, POLLOUT, deadline_ms);
+        if (rc)
+            return rc;
+    }
+}
+
+int fb_conn_recv_wait(struct fb_conn *c, struct fb_wire_hdr *h,
+                      const uint8_t **payload, uint64_t deadline_ms)
+{
+    for (;;) {
+        int rc = fb_conn_next(c, h, payload);
+        if (rc != 0)
+            return rc;
+        rc = fb_conn_read(c);
+        if (rc)
+            return rc;
+        rc = fb_conn_next(c, h, payload);
+        if (rc != 0)
+            return rc;
+        rc = wait_fd(c, POLLIN, deadline_ms);
+        if (rc)
+            return rc;
+    }
+}

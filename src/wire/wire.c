@@ -1,0 +1,558 @@
+/*
+ * wire.c -- encoding and strict decoding of fiber's frames.  The format is
+ * documented in wire.h; this file does no I/O.
+ *
+ * Integers are assembled byte by byte, so the code is the same on every
+ * host and never makes an unaligned access.  Decoders treat their input as
+ * hostile: every read first checks that its bytes are present, and every
+ * failure names the message, the field and the value that was wrong.
+ * Encoders apply the decoders' own rules (the same str_rule tables), so
+ * fiber never sends a frame that it would itself refuse.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "wire/wire.h"
+
+/* ---- little-endian integers ------------------------------------------- */
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    put_le32(p, (uint32_t)v);
+    put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint16_t get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+/* Converting an out-of-range unsigned value to a signed type is
+ * implementation-defined in C, so the two's-complement reading is spelled
+ * out. */
+static int32_t to_int32(uint32_t v)
+{
+    if (v <= INT32_MAX)
+        return (int32_t)v;
+    return (int32_t)(v - 0x80000000u) + INT32_MIN;
+}
+
+/* ---- message types ------------------------------------------------------ */
+
+const char *fb_msg_type_name(unsigned type)
+{
+    switch (type) {
+#define FB_X(name, value)                                                      \
+    case value:                                                                \
+        return #name;
+        FB_MSG_TYPE_MAP(FB_X)
+#undef FB_X
+    }
+    return "?";
+}
+
+static bool type_known(unsigned type)
+{
+    switch (type) {
+#define FB_X(name, value) case value:
+        FB_MSG_TYPE_MAP(FB_X)
+#undef FB_X
+        return true;
+    }
+    return false;
+}
+
+/* ---- string rules ------------------------------------------------------- */
+
+/* What a string field may hold: its length range and its byte set.  The
+ * decoders and the encoders both check against these, so they agree. */
+struct str_rule {
+    size_t min, max;
+    const char *set; /* the byte set in words, for messages */
+    bool (*allowed)(uint8_t c);
+};
+
+static bool is_alnum_ascii(uint8_t c)
+{
+    /* Not isalnum(): that depends on the locale, the protocol does not. */
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') ||
+           (c >= 'a' && c <= 'z');
+}
+
+static bool is_hex_lower(uint8_t c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+static bool is_name_char(uint8_t c)
+{
+    return is_alnum_ascii(c) || c == '_' || c == '.' || c == '-';
+}
+
+static bool is_task_char(uint8_t c) { return is_alnum_ascii(c) || c == '_'; }
+
+static bool is_text_char(uint8_t c) { return c != '\0'; }
+
+static const struct str_rule rule_build_id = {1, FB_WIRE_BUILD_ID_MAX,
+                                              "[0-9a-f]", is_hex_lower};
+static const struct str_rule rule_name = {1, FB_WIRE_NAME_MAX,
+                                          "[A-Za-z0-9_.-]", is_name_char};
+static const struct str_rule rule_task = {1, FB_WIRE_NAME_MAX, "[A-Za-z0-9_]",
+                                          is_task_char};
+static const struct str_rule rule_text = {0, FB_WIRE_TEXT_MAX,
+                                          "any byte but NUL", is_text_char};
+
+/* Checks a string's length against rule.  Returns 0, or -1 with the
+ * reason in why. */
+static int len_check(const struct str_rule *rule, size_t n, char *why,
+                     size_t whylen)
+{
+    if (n < rule->min) {
+        snprintf(why, whylen, "empty (length 0, want %zu..%zu)", rule->min,
+                 rule->max);
+        return -1;
+    }
+    if (n > rule->max) {
+        snprintf(why, whylen, "length %zu exceeds %zu", n, rule->max);
+        return -1;
+    }
+    return 0;
+}
+
+/* Checks s[0..n) against rule.  Returns 0, or -1 with the reason in why.
+ * s may be NULL when n is 0. */
+static int str_check(const struct str_rule *rule, const uint8_t *s, size_t n,
+                     char *why, size_t whylen)
+{
+    if (len_check(rule, n, why, whylen))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!rule->allowed(s[i])) {
+            snprintf(why, whylen, "invalid byte 0x%02x at offset %zu (want %s)",
+                     s[i], i, rule->set);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- decoding ------------------------------------------------------------ */
+
+/* Writes a decoding failure into err (when the caller gave room for it) and
+ * into the thread's last error, and returns FIBER_EPROTO. */
+static int proto_fail(char *err, size_t errlen, const char *fmt, ...)
+    FIBER_PRINTF(3, 4);
+static int proto_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (err && errlen)
+        snprintf(err, errlen, "%s", msg);
+    return fb_err(FIBER_EPROTO, "%s", msg);
+}
+
+int fb_wire_hdr_decode(const uint8_t *in, size_t avail, uint32_t max_payload,
+                       struct fb_wire_hdr *h, char *err, size_t errlen)
+{
+    if (avail < FB_WIRE_HDR_LEN)
+        return 1;
+    uint32_t limit = max_payload < FB_WIRE_PAYLOAD_HARD_MAX
+                         ? max_payload
+                         : FB_WIRE_PAYLOAD_HARD_MAX;
+    unsigned magic = get_le16(in), version = in[2], type = in[3];
+    unsigned flags = get_le16(in + 4), reserved = get_le16(in + 6);
+    uint32_t len = get_le32(in + 20);
+    if (magic != FB_WIRE_MAGIC)
+        return proto_fail(err, errlen, "header magic: 0x%04x, want 0x%04x",
+                          magic, FB_WIRE_MAGIC);
+    if (version != FB_WIRE_VERSION)
+        return proto_fail(err, errlen, "header version: %u, want %u", version,
+                          FB_WIRE_VERSION);
+    if (!type_known(type))
+        return proto_fail(err, errlen, "header type: unknown value %u", type);
+    if (flags != 0)
+        return proto_fail(err, errlen,
+                          "header flags: 0x%04x, want 0 (none are defined)",
+                          flags);
+    if (reserved != 0)
+        return proto_fail(err, errlen, "header reserved: 0x%04x, want 0",
+                          reserved);
+    if (len > limit)
+        return proto_fail(err, errlen,
+                          "header len: %" PRIu32 " bytes exceeds the limit of "
+                          "%" PRIu32,
+                          len, limit);
+    *h = (struct fb_wire_hdr){.type = (uint8_t)type,
+                              .code = to_int32(get_le32(in + 8)),
+                              .id = get_le64(in + 12),
+                              .len = len};
+    return 0;
+}
+
+/* A payload being decoded: the bytes not yet consumed, the message's name
+ * for error texts, and where those texts go. */
+struct reader {
+    const uint8_t *pos;
+    size_t left;
+    const char *msg;
+    char *err;
+    size_t errlen;
+};
+
+static int rd_fail(struct reader *r, const char *field, const char *fmt, ...)
+    FIBER_PRINTF(3, 4);
+static int rd_fail(struct reader *r, const char *field, const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return proto_fail(r->err, r->errlen, "%s %s: %s", r->msg, field, why);
+}
+
+/* Takes the next n bytes, or fails naming field when fewer are left.
+ * *out is set either way (NULL on failure): the compiler cannot see that
+ * rd_fail never returns 0, and would warn of uninitialised reads. */
+static int rd_take(struct reader *r, const char *field, size_t n,
+                   const uint8_t **out)
+{
+    *out = NULL;
+    if (n > r->left)
+        return rd_fail(r, field, "truncated: needs %zu bytes, %zu left", n,
+                       r->left);
+    *out = r->pos;
+    if (n) { /* NULL + 0 is undefined behaviour, and pos may be NULL */
+        r->pos += n;
+        r->left -= n;
+    }
+    return 0;
+}
+
+static int rd_u32(struct reader *r, const char *field, uint32_t *v)
+{
+    const uint8_t *p;
+    int rc = rd_take(r, field, 4, &p);
+    if (rc == 0)
+        *v = get_le32(p);
+    return rc;
+}
+
+static int rd_u64(struct reader *r, const char *field, uint64_t *v)
+{
+    const uint8_t *p;
+    int rc = rd_take(r, field, 8, &p);
+    if (rc == 0)
+        *v = get_le64(p);
+    return rc;
+}
+
+/* Reads a u8 length and that many bytes, and checks them against rule.
+ * The length is judged before the bytes are looked for, so that a length
+ * the rule forbids is reported as such rather than as a truncation. */
+static int rd_string(struct reader *r, const char *field,
+                     const struct str_rule *rule, const char **s, uint8_t *len)
+{
+    const uint8_t *n, *bytes;
+    char why[128];
+    int rc = rd_take(r, field, 1, &n);
+    if (rc)
+        return rc;
+    if (len_check(rule, n[0], why, sizeof why))
+        return rd_fail(r, field, "%s", why);
+    rc = rd_take(r, field, n[0], &bytes);
+    if (rc)
+        return rc;
+    if (str_check(rule, bytes, n[0], why, sizeof why))
+        return rd_fail(r, field, "%s", why);
+    *s = (const char *)bytes;
+    *len = n[0];
+    return 0;
+}
+
+/* A payload is consumed exactly: bytes after the last field are an error,
+ * not something to skip, so that every frame has one encoding. */
+static int rd_end(struct reader *r, const char *last_field)
+{
+    if (r->left == 0)
+        return 0;
+    return rd_fail(r, "payload", "%zu trailing byte%s after %s", r->left,
+                   r->left == 1 ? "" : "s", last_field);
+}
+
+int fb_wire_get_hello(const uint8_t *p, size_t len, struct fb_msg_hello *m,
+                      char *err, size_t errlen)
+{
+    struct reader r = {p, len, "HELLO", err, errlen};
+    struct fb_msg_hello hello;
+    const uint8_t *token;
+    int rc = rd_take(&r, "token", FB_WIRE_TOKEN_LEN, &token);
+    if (rc == 0)
+        rc = rd_string(&r, "build_id", &rule_build_id, &hello.build_id,
+                       &hello.build_id_len);
+    if (rc == 0)
+        rc = rd_u64(&r, "job_id", &hello.job_id);
+    if (rc == 0)
+        rc = rd_u32(&r, "pid", &hello.pid);
+    if (rc == 0)
+        rc = rd_string(&r, "proc_name", &rule_name, &hello.name,
+                       &hello.name_len);
+    if (rc == 0)
+        rc = rd_end(&r, "proc_name");
+    if (rc)
+        return rc;
+    memcpy(hello.token, token, FB_WIRE_TOKEN_LEN);
+    *m = hello;
+    return 0;
+}
+
+int fb_wire_get_welcome(const uint8_t *p, size_t len,
+                        struct fb_msg_welcome *m, char *err, size_t errlen)
+{
+    struct reader r = {p, len, "WELCOME", err, errlen};
+    uint32_t heartbeat_ms;
+    int rc = rd_u32(&r, "heartbeat_ms", &heartbeat_ms);
+    if (rc == 0)
+        rc = rd_end(&r, "heartbeat_ms");
+    if (rc == 0)
+        m->heartbeat_ms = heartbeat_ms;
+    return rc;
+}
+
+int fb_wire_get_run(const uint8_t *p, size_t len, struct fb_msg_run *m,
+                    char *err, size_t errlen)
+{
+    struct reader r = {p, len, "RUN", err, errlen};
+    struct fb_msg_run run;
+    /* The argument is the rest of the payload, so only the payload limit
+     * bounds it; callers that skip fb_wire_hdr_decode get it checked too. */
+    if (len > FB_WIRE_PAYLOAD_HARD_MAX)
+        return rd_fail(&r, "payload", "length %zu exceeds the limit of %u",
+                       len, FB_WIRE_PAYLOAD_HARD_MAX);
+    int rc = rd_string(&r, "task", &rule_task, &run.task, &run.task_len);
+    if (rc)
+        return rc;
+    run.arg = r.pos;
+    run.arg_len = (uint32_t)r.left;
+    *m = run;
+    return 0;
+}
+
+int fb_wire_get_text(const uint8_t *p, size_t len, struct fb_msg_text *m,
+                     char *err, size_t errlen)
+{
+    char why[128];
+    if (str_check(&rule_text, p, len, why, sizeof why))
+        return proto_fail(err, errlen, "text: %s", why);
+    m->text = (const char *)p;
+    m->len = (uint32_t)len;
+    return 0;
+}
+
+int fb_wire_get_empty(size_t len, char *err, size_t errlen)
+{
+    if (len == 0)
+        return 0;
+    return proto_fail(err, errlen,
+                      "payload: length %zu, want 0 (PING and PONG carry none)",
+                      len);
+}
+
+int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
+                          char *err, size_t errlen)
+{
+    union {
+        struct fb_msg_hello hello;
+        struct fb_msg_welcome welcome;
+        struct fb_msg_run run;
+        struct fb_msg_text text;
+    } m;
+    switch (h->type) {
+    case FB_MSG_HELLO:
+        return fb_wire_get_hello(p, h->len, &m.hello, err, errlen);
+    case FB_MSG_WELCOME:
+        return fb_wire_get_welcome(p, h->len, &m.welcome, err, errlen);
+    case FB_MSG_RUN:
+        return fb_wire_get_run(p, h->len, &m.run, err, errlen);
+    case FB_MSG_REJECT:
+    case FB_MSG_EXIT:
+        return fb_wire_get_text(p, h->len, &m.text, err, errlen);
+    case FB_MSG_PING:
+    case FB_MSG_PONG:
+        return fb_wire_get_empty(h->len, err, errlen);
+    }
+    return proto_fail(err, errlen, "header type: unknown value %u", h->type);
+}
+
+/* ---- encoding ------------------------------------------------------------ */
+
+void fb_wire_hdr_encode(uint8_t out[FB_WIRE_HDR_LEN],
+                        const struct fb_wire_hdr *h)
+{
+    put_le16(out, FB_WIRE_MAGIC);
+    out[2] = FB_WIRE_VERSION;
+    out[3] = h->type;
+    put_le16(out + 4, h->flags);
+    put_le16(out + 6, 0);
+    put_le32(out + 8, (uint32_t)h->code);
+    put_le64(out + 12, h->id);
+    put_le32(out + 20, h->len);
+}
+
+/* One contiguous piece of a payload; p may be NULL when n is 0. */
+struct piece {
+    const void *p;
+    size_t n;
+};
+
+/* Appends a frame whose payload is the pieces in order.  Callers bound
+ * every piece, so the payload fits FB_WIRE_PAYLOAD_HARD_MAX.  Room for the
+ * whole frame is reserved first; should an append fail anyway, out->len is
+ * put back so that no partial frame is ever left behind. */
+static int put_frame(fiber_buf *out, unsigned type, int32_t code, uint64_t id,
+                     const struct piece *pieces, size_t count)
+{
+    if (!out)
+        return fb_err(FIBER_EINVAL, "%s: output buffer is NULL",
+                      fb_msg_type_name(type));
+    size_t len = 0;
+    for (size_t i = 0; i < count; i++)
+        len += pieces[i].n;
+    struct fb_wire_hdr h = {.type = (uint8_t)type, .code = code, .id = id,
+                            .len = (uint32_t)len};
+    uint8_t hdr[FB_WIRE_HDR_LEN];
+    fb_wire_hdr_encode(hdr, &h);
+    size_t start = out->len;
+    int rc = fiber_buf_reserve(out, FB_WIRE_HDR_LEN + len);
+    if (rc == 0)
+        rc = fiber_buf_append(out, hdr, sizeof hdr);
+    for (size_t i = 0; i < count && rc == 0; i++)
+        rc = fiber_buf_append(out, pieces[i].p, pieces[i].n);
+    if (rc)
+        out->len = start;
+    return rc;
+}
+
+/* Checks a string an encoder was given by the rule its decoder applies. */
+static int check_field(const char *msg, const char *field,
+                       const struct str_rule *rule, const char *s, size_t n)
+{
+    char why[128];
+    if (!s && n)
+        return fb_err(FIBER_EINVAL, "%s %s: NULL with length %zu", msg, field,
+                      n);
+    if (str_check(rule, (const uint8_t *)s, n, why, sizeof why))
+        return fb_err(FIBER_EINVAL, "%s %s: %s", msg, field, why);
+    return 0;
+}
+
+int fb_wire_put_hello(fiber_buf *out, const struct fb_msg_hello *m)
+{
+    if (!m)
+        return fb_err(FIBER_EINVAL, "HELLO: message is NULL");
+    int rc = check_field("HELLO", "build_id", &rule_build_id, m->build_id,
+                         m->build_id_len);
+    if (rc == 0)
+        rc = check_field("HELLO", "proc_name", &rule_name, m->name,
+                         m->name_len);
+    if (rc)
+        return rc;
+    uint8_t build_id_len = m->build_id_len, name_len = m->name_len;
+    uint8_t ids[12];
+    put_le64(ids, m->job_id);
+    put_le32(ids + 8, m->pid);
+    const struct piece pieces[] = {
+        {m->token, FB_WIRE_TOKEN_LEN}, {&build_id_len, 1},
+        {m->build_id, build_id_len},   {ids, sizeof ids},
+        {&name_len, 1},                {m->name, name_len}};
+    return put_frame(out, FB_MSG_HELLO, 0, 0, pieces, FB_ARRAY_LEN(pieces));
+}
+
+int fb_wire_put_welcome(fiber_buf *out, const struct fb_msg_welcome *m)
+{
+    if (!m)
+        return fb_err(FIBER_EINVAL, "WELCOME: message is NULL");
+    uint8_t heartbeat_ms[4];
+    put_le32(heartbeat_ms, m->heartbeat_ms);
+    const struct piece pieces[] = {{heartbeat_ms, sizeof heartbeat_ms}};
+    return put_frame(out, FB_MSG_WELCOME, 0, 0, pieces, 1);
+}
+
+int fb_wire_put_reject(fiber_buf *out, const char *text, size_t len)
+{
+    int rc = check_field("REJECT", "text", &rule_text, text, len);
+    if (rc)
+        return rc;
+    const struct piece pieces[] = {{text, len}};
+    return put_frame(out, FB_MSG_REJECT, 0, 0, pieces, 1);
+}
+
+int fb_wire_put_run(fiber_buf *out, uint64_t id, const struct fb_msg_run *m)
+{
+    if (!m)
+        return fb_err(FIBER_EINVAL, "RUN: message is NULL");
+    int rc = check_field("RUN", "task", &rule_task, m->task, m->task_len);
+    if (rc)
+        return rc;
+    if (!m->arg && m->arg_len)
+        return fb_err(FIBER_EINVAL, "RUN arg: NULL with length %" PRIu32,
+                      m->arg_len);
+    uint8_t task_len = m->task_len;
+    if (m->arg_len > FB_WIRE_PAYLOAD_HARD_MAX - 1u - task_len)
+        return fb_err(FIBER_EINVAL,
+                      "RUN arg: length %" PRIu32 " exceeds the limit of %u",
+                      m->arg_len, FB_WIRE_PAYLOAD_HARD_MAX - 1u - task_len);
+    const struct piece pieces[] = {
+        {&task_len, 1}, {m->task, task_len}, {m->arg, m->arg_len}};
+    return put_frame(out, FB_MSG_RUN, 0, id, pieces, FB_ARRAY_LEN(pieces));
+}
+
+int fb_wire_put_exit(fiber_buf *out, int32_t code, const char *text,
+                     size_t len)
+{
+    int rc = check_field("EXIT", "text", &rule_text, text, len);
+    if (rc)
+        return rc;
+    const struct piece pieces[] = {{text, len}};
+    return put_frame(out, FB_MSG_EXIT, code, 0, pieces, 1);
+}
+
+int fb_wire_put_ping(fiber_buf *out, uint64_t id)
+{
+    return put_frame(out, FB_MSG_PING, 0, id, NULL, 0);
+}
+
+int fb_wire_put_pong(fiber_buf *out, uint64_t id)
+{
+    return put_frame(out, FB_MSG_PONG, 0, id, NULL, 0);
+}

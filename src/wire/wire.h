@@ -1,0 +1,166 @@
+/*
+ * wire.h -- fiber's message format: encoding and strict decoding, no I/O.
+ *
+ * Every message is a 24-byte header followed by `len` payload bytes.  All
+ * integers are little-endian, whatever the host.
+ *
+ *   offset size field
+ *        0    2 magic     0xF1BE
+ *        2    1 version   FB_WIRE_VERSION (1)
+ *        3    1 type      enum fb_msg_type
+ *        4    2 flags     no bits defined yet: must be 0
+ *        6    2 reserved  must be 0
+ *        8    4 code      signed; meaning depends on type (EXIT: exit code)
+ *       12    8 id        job id, task id or sequence; meaning by type
+ *       20    4 len       payload length, at most the receiver's limit
+ *
+ * The decoder trusts nothing: every length is checked against what is
+ * actually present and against the limits below, every enumerated value
+ * against its set, and a payload must be consumed exactly (no trailing
+ * bytes).  Any byte sequence either decodes or is rejected with
+ * FIBER_EPROTO and a message naming the field; none crashes it.  The fuzz
+ * target tests/fuzz/fuzz_wire.c holds it to that.
+ *
+ * Payloads by type (strings are length-prefixed, never NUL-terminated on
+ * the wire; a "name" is 1..63 bytes of [A-Za-z0-9_.-]; "text" is 0..1023
+ * bytes, none of them NUL):
+ *
+ *   HELLO    child->master, the first message of every connection.
+ *            token[32] | u8 n | build_id[n] (1..64 bytes, [0-9a-f]) |
+ *            u64 job_id | u32 pid | u8 m | proc_name[m] (a name)
+ *   WELCOME  master->child: the child is accepted.
+ *            u32 heartbeat_ms
+ *   REJECT   master->child, then the master closes: text (why)
+ *   RUN      master->child: run a task as a process's target.
+ *            u8 n | task[n] (a name; the task charset is [A-Za-z0-9_]) |
+ *            arg bytes (the rest of the payload, possibly empty)
+ *   EXIT     child->master: the target returned; header code = its return
+ *            value; payload: text (failure message, may be empty)
+ *   PING     either way, empty payload; the peer answers PONG with the same id
+ *   PONG     empty payload
+ */
+#ifndef FB_WIRE_H
+#define FB_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fiber/fiber.h"
+
+#define FB_WIRE_MAGIC 0xF1BEu
+#define FB_WIRE_VERSION 1u
+#define FB_WIRE_HDR_LEN 24u
+#define FB_WIRE_TOKEN_LEN 32u
+#define FB_WIRE_BUILD_ID_MAX 64u
+#define FB_WIRE_NAME_MAX 63u
+#define FB_WIRE_TEXT_MAX 1023u
+/* The largest payload any receiver accepts, whatever its configuration. */
+#define FB_WIRE_PAYLOAD_HARD_MAX (1u << 30)
+
+/* X(NAME, value) -- message types.  Values are part of the protocol: never
+ * renumber, only append. */
+#define FB_MSG_TYPE_MAP(X)                                                     \
+    X(HELLO, 1)                                                                \
+    X(WELCOME, 2)                                                              \
+    X(REJECT, 3)                                                               \
+    X(RUN, 4)                                                                  \
+    X(EXIT, 5)                                                                 \
+    X(PING, 6)                                                                 \
+    X(PONG, 7)
+
+enum fb_msg_type {
+#define FB_X(name, value) FB_MSG_##name = value,
+    FB_MSG_TYPE_MAP(FB_X)
+#undef FB_X
+};
+
+/* Returns "HELLO", "RUN", ... or "?" for an unknown value. */
+const char *fb_msg_type_name(unsigned type);
+
+struct fb_wire_hdr {
+    uint8_t type;  /* enum fb_msg_type */
+    uint16_t flags;
+    int32_t code;
+    uint64_t id;
+    uint32_t len; /* payload bytes that follow the header */
+};
+
+/* Writes the 24-byte encoding of h into out.  Always succeeds. */
+void fb_wire_hdr_encode(uint8_t out[FB_WIRE_HDR_LEN],
+                        const struct fb_wire_hdr *h);
+
+/* Decodes a header from the first `avail` bytes of in.
+ * Returns 0 with *h filled in; 1 when fewer than FB_WIRE_HDR_LEN bytes are
+ * available (nothing consumed; read more); or FIBER_EPROTO when the bytes
+ * cannot be a header: bad magic, unknown version or type, nonzero flags or
+ * reserved bits, or len above max_payload (which is clamped to
+ * FB_WIRE_PAYLOAD_HARD_MAX).  On FIBER_EPROTO a message naming the field
+ * and the value seen is written to err (err may be NULL). */
+int fb_wire_hdr_decode(const uint8_t *in, size_t avail, uint32_t max_payload,
+                       struct fb_wire_hdr *h, char *err, size_t errlen);
+
+/* ---- payloads ----
+ * Decoded payloads are views: their pointers point into the buffer that
+ * was decoded and are valid as long as it is.  Strings are not
+ * NUL-terminated; use the length. */
+struct fb_msg_hello {
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+    const char *build_id;
+    uint8_t build_id_len;
+    uint64_t job_id;
+    uint32_t pid;
+    const char *name;
+    uint8_t name_len;
+};
+
+struct fb_msg_welcome {
+    uint32_t heartbeat_ms;
+};
+
+struct fb_msg_run {
+    const char *task;
+    uint8_t task_len;
+    const void *arg;
+    uint32_t arg_len;
+};
+
+struct fb_msg_text { /* REJECT and EXIT */
+    const char *text;
+    uint32_t len;
+};
+
+/* Each encoder appends one complete frame (header and payload) to out,
+ * taking the header's id and code from its arguments.  It validates what
+ * it is given by the same rules as the decoder, so fiber never sends what
+ * it would refuse.  Returns 0, FIBER_EINVAL (a field breaks the rules; out
+ * unchanged) or FIBER_ENOMEM (out unchanged). */
+int fb_wire_put_hello(fiber_buf *out, const struct fb_msg_hello *m);
+int fb_wire_put_welcome(fiber_buf *out, const struct fb_msg_welcome *m);
+int fb_wire_put_reject(fiber_buf *out, const char *text, size_t len);
+int fb_wire_put_run(fiber_buf *out, uint64_t id, const struct fb_msg_run *m);
+int fb_wire_put_exit(fiber_buf *out, int32_t code, const char *text,
+                     size_t len);
+int fb_wire_put_ping(fiber_buf *out, uint64_t id);
+int fb_wire_put_pong(fiber_buf *out, uint64_t id);
+
+/* Each decoder reads a payload of exactly len bytes (the header's len) and
+ * fills in *m.  Returns 0, or FIBER_EPROTO with a message in err naming
+ * the field (truncated, too long, bad characters, trailing bytes). */
+int fb_wire_get_hello(const uint8_t *p, size_t len, struct fb_msg_hello *m,
+                      char *err, size_t errlen);
+int fb_wire_get_welcome(const uint8_t *p, size_t len,
+                        struct fb_msg_welcome *m, char *err, size_t errlen);
+int fb_wire_get_run(const uint8_t *p, size_t len, struct fb_msg_run *m,
+                    char *err, size_t errlen);
+int fb_wire_get_text(const uint8_t *p, size_t len, struct fb_msg_text *m,
+                     char *err, size_t errlen);
+/* PING and PONG: accepts only len == 0. */
+int fb_wire_get_empty(size_t len, char *err, size_t errlen);
+
+/* Decodes the payload of a frame whatever its type, by dispatching on
+ * h->type to the decoders above.  Returns 0 or FIBER_EPROTO.  This is what
+ * the fuzz target drives. */
+int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
+                          char *err, size_t errlen);
+
+#endif /* FB_WIRE_H */

@@ -1,0 +1,194 @@
+/*
+ * fuzz_wire.c -- libFuzzer target for the wire decoder (src/wire/wire.c).
+ *
+ * The input is a byte stream as a connection would deliver it: frames one
+ * after another.  Each header is decoded; when its payload is present in
+ * full it is decoded too, and then the next frame follows.  The target
+ * stops at the first error or at incomplete data.
+ *
+ * Beyond "never crashes", two properties are checked, and a violation
+ * calls abort() so that libFuzzer (or replay_main.c) reports it:
+ *   - every failure is FIBER_EPROTO with a message;
+ *   - round trip: a frame that decodes is re-encoded with the matching
+ *     fb_wire_put_* and must give back the same fields and the very same
+ *     bytes, since the format leaves no choice in how a message is encoded.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire/wire.h"
+
+#define FUZZ_MAX_PAYLOAD (1u << 20)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void require(int ok, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "fuzz_wire: %s\n", what);
+        abort();
+    }
+}
+
+static int same_bytes(const void *a, size_t alen, const void *b, size_t blen)
+{
+    return alen == blen && (alen == 0 || memcmp(a, b, alen) == 0);
+}
+
+/* Checks that the frame the encoder wrote into b has the original's type,
+ * the id and code the encoder was given, and the original payload bytes;
+ * returns its payload. */
+static const uint8_t *reparse(const fiber_buf *b, const struct fb_wire_hdr *h,
+                              const uint8_t *payload, int32_t code,
+                              uint64_t id)
+{
+    struct fb_wire_hdr again;
+    require(fb_wire_hdr_decode(b->data, b->len, FUZZ_MAX_PAYLOAD, &again, NULL,
+                               0) == 0,
+            "re-encoded header does not decode");
+    require(b->len == FB_WIRE_HDR_LEN + (size_t)h->len, "frame size differs");
+    require(again.type == h->type && again.flags == 0 && again.len == h->len &&
+                again.code == code && again.id == id,
+            "re-encoded header fields differ");
+    const uint8_t *p = b->data + FB_WIRE_HDR_LEN;
+    require(same_bytes(p, h->len, payload, h->len), "payload bytes differ");
+    require(fb_wire_check_payload(&again, p, NULL, 0) == 0,
+            "re-encoded payload does not decode");
+    return p;
+}
+
+static void round_trip_hello(const struct fb_wire_hdr *h, const uint8_t *p,
+                             fiber_buf *b)
+{
+    struct fb_msg_hello a, z;
+    require(fb_wire_get_hello(p, h->len, &a, NULL, 0) == 0, "HELLO decode");
+    require(fb_wire_put_hello(b, &a) == 0, "HELLO encode");
+    const uint8_t *q = reparse(b, h, p, 0, 0);
+    require(fb_wire_get_hello(q, h->len, &z, NULL, 0) == 0, "HELLO redecode");
+    require(memcmp(a.token, z.token, FB_WIRE_TOKEN_LEN) == 0 &&
+                same_bytes(a.build_id, a.build_id_len, z.build_id,
+                           z.build_id_len) &&
+                a.job_id == z.job_id && a.pid == z.pid &&
+                same_bytes(a.name, a.name_len, z.name, z.name_len),
+            "HELLO fields differ after a round trip");
+}
+
+static void round_trip_welcome(const struct fb_wire_hdr *h, const uint8_t *p,
+                               fiber_buf *b)
+{
+    struct fb_msg_welcome a, z;
+    require(fb_wire_get_welcome(p, h->len, &a, NULL, 0) == 0, "WELCOME decode");
+    require(fb_wire_put_welcome(b, &a) == 0, "WELCOME encode");
+    const uint8_t *q = reparse(b, h, p, 0, 0);
+    require(fb_wire_get_welcome(q, h->len, &z, NULL, 0) == 0,
+            "WELCOME redecode");
+    require(a.heartbeat_ms == z.heartbeat_ms,
+            "WELCOME fields differ after a round trip");
+}
+
+static void round_trip_run(const struct fb_wire_hdr *h, const uint8_t *p,
+                           fiber_buf *b)
+{
+    struct fb_msg_run a, z;
+    require(fb_wire_get_run(p, h->len, &a, NULL, 0) == 0, "RUN decode");
+    require(fb_wire_put_run(b, h->id, &a) == 0, "RUN encode");
+    const uint8_t *q = reparse(b, h, p, 0, h->id);
+    require(fb_wire_get_run(q, h->len, &z, NULL, 0) == 0, "RUN redecode");
+    require(same_bytes(a.task, a.task_len, z.task, z.task_len) &&
+                same_bytes(a.arg, a.arg_len, z.arg, z.arg_len),
+            "RUN fields differ after a round trip");
+}
+
+static void round_trip_text(const struct fb_wire_hdr *h, const uint8_t *p,
+                            fiber_buf *b)
+{
+    struct fb_msg_text a, z;
+    int32_t code = h->type == FB_MSG_EXIT ? h->code : 0;
+    require(fb_wire_get_text(p, h->len, &a, NULL, 0) == 0, "text decode");
+    int rc = h->type == FB_MSG_EXIT ? fb_wire_put_exit(b, code, a.text, a.len)
+                                    : fb_wire_put_reject(b, a.text, a.len);
+    require(rc == 0, "text encode");
+    const uint8_t *q = reparse(b, h, p, code, 0);
+    require(fb_wire_get_text(q, h->len, &z, NULL, 0) == 0, "text redecode");
+    require(same_bytes(a.text, a.len, z.text, z.len),
+            "text differs after a round trip");
+}
+
+static void round_trip_empty(const struct fb_wire_hdr *h, const uint8_t *p,
+                             fiber_buf *b)
+{
+    int rc = h->type == FB_MSG_PING ? fb_wire_put_ping(b, h->id)
+                                    : fb_wire_put_pong(b, h->id);
+    require(rc == 0, "PING/PONG encode");
+    reparse(b, h, p, 0, h->id);
+}
+
+static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
+{
+    fiber_buf b = {0};
+    switch (h->type) {
+    case FB_MSG_HELLO:
+        round_trip_hello(h, p, &b);
+        break;
+    case FB_MSG_WELCOME:
+        round_trip_welcome(h, p, &b);
+        break;
+    case FB_MSG_RUN:
+        round_trip_run(h, p, &b);
+        break;
+    case FB_MSG_REJECT:
+    case FB_MSG_EXIT:
+        round_trip_text(h, p, &b);
+        break;
+    case FB_MSG_PING:
+    case FB_MSG_PONG:
+        round_trip_empty(h, p, &b);
+        break;
+    default:
+        require(0, "a frame of unknown type decoded");
+    }
+    fiber_buf_free(&b);
+}
+
+/* A refusal must be FIBER_EPROTO with a NUL-terminated message. */
+static void require_refusal(int rc, const char *err, size_t errlen)
+{
+    require(rc == FIBER_EPROTO, "decoder returned neither 0 nor FIBER_EPROTO");
+    require(err[0] != '\0' && memchr(err, '\0', errlen) != NULL,
+            "refusal without a message");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!data) /* pointer arithmetic on NULL, even + 0, is undefined */
+        return 0;
+    size_t off = 0;
+    for (;;) {
+        struct fb_wire_hdr h;
+        char err[256] = "";
+        size_t left = size - off;
+        int rc = fb_wire_hdr_decode(data + off, left, FUZZ_MAX_PAYLOAD, &h,
+                                    err, sizeof err);
+        if (rc == 1) {
+            require(left < FB_WIRE_HDR_LEN, "complete header reported short");
+            break;
+        }
+        if (rc != 0) {
+            require_refusal(rc, err, sizeof err);
+            break;
+        }
+        if (h.len > left - FB_WIRE_HDR_LEN)
+            break; /* incomplete payload: a reader would wait for more */
+        const uint8_t *p = data + off + FB_WIRE_HDR_LEN;
+        rc = fb_wire_check_payload(&h, p, err, sizeof err);
+        if (rc != 0) {
+            require_refusal(rc, err, sizeof err);
+            break;
+        }
+        round_trip(&h, p);
+        off += FB_WIRE_HDR_LEN + (size_t)h.len;
+    }
+    return 0;
+}

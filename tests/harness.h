@@ -1,0 +1,138 @@
+/*
+ * harness.h -- fiber's tiny test harness.
+ *
+ * A test program is an ordinary fiber program: main() calls fiber_init()
+ * (so the program can re-run itself to play children), then runs the one
+ * test case named on its command line.  ctest runs each case as its own
+ * process with its own timeout, so one crashing or hanging case cannot
+ * take others with it.
+ *
+ *     TEST(start_join) { CHECK_OK(fiber_process_start(...)); }
+ *     TH_MAIN()
+ *
+ *   prog --list      prints the case names, one a line
+ *   prog NAME        runs one case; exit 0 = pass
+ *   prog             runs every case in this process, in order
+ *
+ * Cases whose names start with "helper_" are not tests: they are roles a
+ * test plays by running this program again (a second master, say).  They
+ * are not listed and run only when named.
+ *
+ * A failed CHECK prints the file, line, expression and, for fiber calls,
+ * the code's name and fiber_last_error(), then exits with status 1.
+ */
+#ifndef FIBER_TEST_HARNESS_H
+#define FIBER_TEST_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fiber/fiber.h"
+
+typedef void (*th_fn)(void);
+struct th_case {
+    const char *name;
+    th_fn fn;
+    struct th_case *next;
+};
+static struct th_case *th_cases;
+
+static inline void th_register(struct th_case *c)
+{
+    struct th_case **p = &th_cases; /* keep file order */
+    while (*p)
+        p = &(*p)->next;
+    *p = c;
+}
+
+#define TEST(tname)                                                            \
+    static void th_test_##tname(void);                                         \
+    __attribute__((constructor)) static void th_reg_##tname(void)              \
+    {                                                                          \
+        static struct th_case c = {#tname, th_test_##tname, NULL};             \
+        th_register(&c);                                                       \
+    }                                                                          \
+    static void th_test_##tname(void)
+
+#define TH_FAIL(...)                                                           \
+    do {                                                                       \
+        fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);                  \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fprintf(stderr, "\n");                                                 \
+        exit(1);                                                               \
+    } while (0)
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            TH_FAIL("%s", #cond);                                              \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                         \
+    do {                                                                       \
+        long long th_a = (long long)(a), th_b = (long long)(b);                \
+        if (th_a != th_b)                                                      \
+            TH_FAIL("%s == %s: %lld != %lld", #a, #b, th_a, th_b);             \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                        \
+    do {                                                                       \
+        const char *th_a = (a), *th_b = (b);                                   \
+        if (strcmp(th_a, th_b) != 0)                                           \
+            TH_FAIL("%s == %s: \"%s\" != \"%s\"", #a, #b, th_a, th_b);         \
+    } while (0)
+
+#define CHECK_CONTAINS(hay, needle)                                            \
+    do {                                                                       \
+        const char *th_h = (hay), *th_n = (needle);                            \
+        if (!strstr(th_h, th_n))                                               \
+            TH_FAIL("\"%s\" does not contain \"%s\"", th_h, th_n);            \
+    } while (0)
+
+/* Asserts that a fiber call returns exactly `code`. */
+#define CHECK_ERR(expr, code)                                                  \
+    do {                                                                       \
+        int th_rc = (expr);                                                    \
+        if (th_rc != (code))                                                   \
+            TH_FAIL("%s returned %s (%d), want %s; last error: %s", #expr,     \
+                    fiber_errname(th_rc), th_rc, fiber_errname(code),          \
+                    fiber_last_error());                                       \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_ERR(expr, 0)
+
+static inline int th_main(int argc, char **argv)
+{
+    int rc = fiber_init(&argc, &argv);
+    if (rc != 0) {
+        fprintf(stderr, "fiber_init: %s: %s\n", fiber_errname(rc),
+                fiber_last_error());
+        return 2;
+    }
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (struct th_case *c = th_cases; c; c = c->next)
+            if (strncmp(c->name, "helper_", 7) != 0)
+                printf("%s\n", c->name);
+        return 0;
+    }
+    int ran = 0;
+    for (struct th_case *c = th_cases; c; c = c->next) {
+        if (argc > 1 ? strcmp(argv[1], c->name) != 0
+                     : strncmp(c->name, "helper_", 7) == 0)
+            continue;
+        fprintf(stderr, "-- %s\n", c->name);
+        c->fn();
+        ran++;
+    }
+    if (ran == 0) {
+        fprintf(stderr, "no test case named '%s'\n", argc > 1 ? argv[1] : "");
+        return 2;
+    }
+    return 0;
+}
+
+#define TH_MAIN()                                                              \
+    int main(int argc, char **argv) { return th_main(argc, argv); }
+
+#endif /* FIBER_TEST_HARNESS_H */
