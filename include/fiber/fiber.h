@@ -236,6 +236,9 @@ FIBER_API const char *fiber_version(void);
  *                        itself (default 30000)
  *   terminate_grace_ms   SIGTERM to SIGKILL delay (default 2000)
  *   max_message_bytes    largest frame a peer may send (default 64 MiB)
+ *   heartbeat_ms         pool workers say they are alive this often; one
+ *                        silent for 10 intervals is lost (default 1000;
+ *                        0 = off)
  *
  * Each key can be set in .fiberconfig (INI: "key = value", optionally under
  * a [fiber] section), in the environment as FIBER_<KEY> (upper case), or in
@@ -333,6 +336,197 @@ FIBER_API const char *fiber_process_name(fiber_process *p);
 /* Frees the handle.  A job that is still running is terminated first and
  * reaped (this may wait up to terminate_grace_ms).  NULL is a no-op. */
 FIBER_API void fiber_process_free(fiber_process *p);
+
+/* ------------------------------------------------------------------------
+ * Pools: the analogue of multiprocessing.Pool, built for millions of short
+ * tasks on many workers.
+ *
+ * Each worker is a job of the configured backend.  Dispatch is pull-based:
+ * a worker holds only as much work as keeps it busy (about a millisecond's
+ * worth, at least two tasks), so a slow or stuck worker never hoards tasks
+ * that others could run.  Tiny tasks are grouped into chunks automatically,
+ * sized from the measured task time.
+ *
+ * Resilience: when a worker's job ends or it stops heart-beating, the tasks
+ * it held go back to the queue one by one and a replacement starts.  The
+ * task that was running when a worker died is blamed; once a task has
+ * killed max_task_crashes workers (default 3) it fails with
+ * FIBER_ECRASHED.  Every result reaches the caller exactly once.
+ *
+ * Threads: pool calls may be made from any thread.  The thread that waits
+ * (map, apply, future_get, imap_next, join) runs the pool's I/O itself, so
+ * a result travels from the worker's socket to the caller with no thread
+ * hop.  When no caller is waiting and work is outstanding, the pool's own
+ * background thread takes over, so asynchronous work progresses and
+ * callbacks run while the program does other things.  Callbacks run on
+ * whichever of those threads completed the work, without the pool's lock
+ * held; they may call pool functions but must not wait on the same pool.
+ * ------------------------------------------------------------------------ */
+typedef struct fiber_pool fiber_pool;
+typedef struct fiber_future fiber_future;
+typedef struct fiber_imap fiber_imap;
+
+typedef struct fiber_pool_opts {
+    int workers;          /* workers to start; 0 = one per online CPU */
+    int min_workers;      /* autoscaling bounds: with max_workers > 0 the */
+    int max_workers;      /* pool grows under a backlog and shrinks when idle */
+    int idle_ms;          /* autoscaling: idle time before shrinking (2000) */
+    const fiber_job_opts *job; /* how each worker job runs; may be NULL */
+    const char *initializer;   /* task run once in each worker; may be NULL */
+    const void *initarg;       /* its argument (copied) */
+    size_t initarg_len;
+    int maxtasksperchild;  /* retire a worker after this many tasks; 0 = never */
+    int max_task_crashes;  /* 0 = 3 */
+} fiber_pool_opts;
+
+typedef struct fiber_pool_stats {
+    uint64_t tasks_submitted;
+    uint64_t tasks_done;      /* completed, successfully or not */
+    uint64_t tasks_failed;    /* completed with an error */
+    uint64_t tasks_retried;   /* sent again after their worker was lost */
+    uint64_t tasks_crashed;   /* failed with FIBER_ECRASHED */
+    uint64_t duplicates_dropped;
+    uint64_t workers_started;
+    uint64_t workers_lost;    /* ended without being asked to */
+    int workers_alive;        /* started and not yet ended */
+    int workers_target;
+    size_t tasks_queued;      /* submitted, not yet sent to a worker */
+    size_t tasks_in_flight;   /* sent, result not yet back */
+} fiber_pool_stats;
+
+/* One input of fiber_pool_map_bufs. */
+typedef struct fiber_iov {
+    const void *data;
+    size_t len;
+} fiber_iov;
+
+/* A completion callback: rc is 0 or the task's failure code
+ * (FIBER_ETASK, FIBER_ECRASHED, FIBER_ECLOSED); data/len are its result
+ * bytes, or its failure message when rc != 0.  The memory is valid only
+ * during the call. */
+typedef void (*fiber_done_fn)(void *ud, int rc, const void *data, size_t len);
+
+/* Creates a pool and starts its workers (it does not wait for them to
+ * connect: tasks queue until they do).  opts may be NULL (one worker per
+ * CPU).  The initializer, if any, must be a registered task; a worker whose
+ * initializer fails exits, and after three workers in a row fail so, every
+ * pending task fails with FIBER_ESPAWN and the initializer's message.
+ * Returns 0, FIBER_ENOTINIT, FIBER_EINVAL, FIBER_ENOTASK (initializer) or
+ * the backend's error for the first worker. */
+FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts);
+
+/* Runs task once with arg and waits for it.  On success the result bytes
+ * are appended to out (which may be NULL to discard them).  Returns 0,
+ * FIBER_ETASK (the task failed; fiber_last_error() has its message),
+ * FIBER_ECRASHED, FIBER_ENOTASK, FIBER_ECLOSED (pool closed). */
+FIBER_API int fiber_pool_apply(fiber_pool *p, const char *task,
+                               const void *arg, size_t len, fiber_buf *out);
+
+/* Submits task with arg (copied) and returns at once.  *out (if out is not
+ * NULL) receives a future the caller frees with fiber_future_free(); cb (if
+ * not NULL) is called with ud once the task completes.  At least one of out
+ * and cb should be given.  When too much work is already queued the call
+ * waits for room (backpressure), so memory stays bounded.  If the call
+ * fails, cb is never called. */
+FIBER_API int fiber_pool_apply_async(fiber_pool *p, const char *task,
+                                     const void *arg, size_t len,
+                                     fiber_done_fn cb, void *ud,
+                                     fiber_future **out);
+
+/* Runs task over n fixed-size records: in[i] is in + i * in_size bytes,
+ * and each task must return exactly out_size bytes, stored at out + i *
+ * out_size.  chunksize 0 chooses chunks automatically.  Waits for all n.
+ * Returns 0 when every task succeeded; otherwise the code of the failed
+ * task with the lowest index (fiber_last_error() names it and gives its
+ * message), with the outputs of every successful task filled in.  A task
+ * that returns a result of another size fails with FIBER_ETASK. */
+FIBER_API int fiber_pool_map(fiber_pool *p, const char *task, const void *in,
+                             size_t in_size, size_t n, void *out,
+                             size_t out_size, size_t chunksize);
+
+/* fiber_pool_map without waiting: in and out must stay valid until the
+ * future is ready.  fiber_future_get() then returns what map would have. */
+FIBER_API int fiber_pool_map_async(fiber_pool *p, const char *task,
+                                   const void *in, size_t in_size, size_t n,
+                                   void *out, size_t out_size,
+                                   size_t chunksize, fiber_future **f);
+
+/* Runs task over n variable-size inputs.  out[i] (an array of n buffers,
+ * zero-initialised or reused) receives result i, or the failure message
+ * of task i; codes (may be NULL) receives each task's code (0,
+ * FIBER_ETASK, FIBER_ECRASHED).  Returns as fiber_pool_map does. */
+FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
+                                  const fiber_iov *in, size_t n,
+                                  fiber_buf *out, int *codes,
+                                  size_t chunksize);
+
+/* Starts task over n fixed-size input records and returns an iterator over
+ * the results: in order of input when ordered is 1 (imap), in order of
+ * completion when 0 (imap_unordered).  At most a bounded window of results
+ * is held at a time, so a slow consumer slows dispatch rather than growing
+ * memory.  in must stay valid until the iterator is freed. */
+FIBER_API int fiber_pool_imap(fiber_pool *p, const char *task, const void *in,
+                              size_t in_size, size_t n, size_t chunksize,
+                              int ordered, fiber_imap **it);
+
+/* Takes the next result: its input index goes to *index and its bytes are
+ * appended to out (the failure message when the task failed).  Returns 0,
+ * the task's failure code, FIBER_ECLOSED when all n results have been
+ * taken, or FIBER_ETIMEDOUT. */
+FIBER_API int fiber_imap_next(fiber_imap *it, size_t *index, fiber_buf *out,
+                              int timeout_ms);
+
+/* Frees the iterator; results not yet taken are discarded (tasks already
+ * sent still run). NULL is a no-op. */
+FIBER_API void fiber_imap_free(fiber_imap *it);
+
+/* Waits up to timeout_ms for the future and takes its result: for an apply,
+ * the result bytes are appended to out (may be NULL).  Returns 0, the task's
+ * failure code (its message in fiber_last_error()), or FIBER_ETIMEDOUT. May
+ * be called again after a timeout. */
+FIBER_API int fiber_future_get(fiber_future *f, fiber_buf *out,
+                               int timeout_ms);
+
+/* Waits up to timeout_ms for the future.  Returns 0 when ready, else
+ * FIBER_ETIMEDOUT. */
+FIBER_API int fiber_future_wait(fiber_future *f, int timeout_ms);
+
+/* Returns 1 if the future is ready, 0 if not, or a negative code. */
+FIBER_API int fiber_future_ready(fiber_future *f);
+
+/* Returns 1 if the ready future succeeded, 0 if it failed, FIBER_ESTATE if
+ * it is not ready. */
+FIBER_API int fiber_future_successful(fiber_future *f);
+
+/* Frees the future.  If its task has not finished it still runs; its result
+ * is discarded (a callback given to apply_async is still called).  A map
+ * future must not be freed before it is ready, since the task writes into
+ * the caller's out array: free then waits for it.  NULL is a no-op. */
+FIBER_API void fiber_future_free(fiber_future *f);
+
+/* Accepts no more tasks; what was submitted still runs. */
+FIBER_API int fiber_pool_close(fiber_pool *p);
+
+/* Waits until every submitted task has completed and, if the pool is
+ * closed, until its workers have exited.  Returns 0 or FIBER_ETIMEDOUT. */
+FIBER_API int fiber_pool_join(fiber_pool *p, int timeout_ms);
+
+/* Stops the workers now (SIGTERM, then SIGKILL after the grace period).
+ * Tasks not yet completed fail with FIBER_ECLOSED; callbacks are called. */
+FIBER_API int fiber_pool_terminate(fiber_pool *p);
+
+/* Changes the number of workers while tasks run.  Growing starts jobs;
+ * shrinking retires idle workers first and the others once their current
+ * tasks are done (no task is lost).  Returns 0 or FIBER_EINVAL. */
+FIBER_API int fiber_pool_resize(fiber_pool *p, int workers);
+
+/* Fills *st with the pool's counters. */
+FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st);
+
+/* Terminates the pool if it is still running and frees it.  Futures and
+ * iterators of the pool stay valid (failed with FIBER_ECLOSED if not done)
+ * until freed.  NULL is a no-op. */
+FIBER_API void fiber_pool_free(fiber_pool *p);
 
 #ifdef __cplusplus
 }

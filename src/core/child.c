@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/child.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
@@ -40,10 +41,9 @@ struct boot {
     uint8_t token[FB_WIRE_TOKEN_LEN];
 };
 
-static void die(int code, const char *fmt, ...) FIBER_PRINTF(2, 3)
-    __attribute__((noreturn));
+#define die fb_child_die
 
-static void die(int code, const char *fmt, ...)
+void fb_child_die(int code, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -102,6 +102,9 @@ static void read_boot(struct boot *b)
     b->job_id = strtoull(job, NULL, 10);
     fb_strlcpy(b->name, name, sizeof b->name);
     read_secret(b);
+    const char *run = getenv("FIBER_BOOT_RUN");
+    if (run)
+        fb_strlcpy(fb_rt()->run_id, run, sizeof fb_rt()->run_id);
     unsetenv("FIBER_BOOT_ADDR");
     unsetenv("FIBER_BOOT_JOB");
     unsetenv("FIBER_BOOT_NAME");
@@ -122,8 +125,10 @@ static void setup_config_and_log(struct fb_runtime *rt, const struct boot *b)
             fiber_last_error());
 }
 
-static void handshake(struct fb_runtime *rt, const struct boot *b,
-                      struct fb_conn *c)
+/* Dials the master and proves who we are; returns the heartbeat interval
+ * the master asked for. */
+static uint32_t handshake(struct fb_runtime *rt, const struct boot *b,
+                          struct fb_conn *c)
 {
     uint64_t deadline = fb_deadline_ms(rt->cfg.connect_timeout_ms);
     int fd;
@@ -155,31 +160,48 @@ static void handshake(struct fb_runtime *rt, const struct boot *b,
     if (hdr.type != FB_MSG_WELCOME)
         die(FB_EXIT_PROTO, "expected WELCOME, got %s",
             fb_msg_type_name(hdr.type));
+    struct fb_msg_welcome w;
+    fb_wire_get_welcome(p, hdr.len, &w, NULL, 0);
+    return w.heartbeat_ms;
+}
+
+/* Sends one heartbeat unless output is already pending (which tells the
+ * master as much). */
+static void send_heartbeat(struct fb_child *ch)
+{
+    pthread_mutex_lock(&ch->write_mu);
+    if (ch->conn.out_off == ch->conn.out.len &&
+        fb_wire_put_empty(&ch->conn.out, FB_MSG_HEARTBEAT, 0) == 0)
+        fb_conn_flush(&ch->conn);
+    pthread_mutex_unlock(&ch->write_mu);
 }
 
 static void *watchdog(void *arg)
 {
-    int fd = *(int *)arg;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    struct fb_child *ch = arg;
+    struct pollfd p = {.fd = ch->conn.fd, .events = POLLRDHUP};
+    int timeout = ch->heartbeat_ms ? (int)ch->heartbeat_ms : -1;
     for (;;) {
-        int n = poll(&p, 1, -1);
+        int n = poll(&p, 1, timeout);
         if (n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
             die(FB_EXIT_MASTER_LOST, "lost the connection to the master; "
                                      "exiting");
         if (n < 0 && errno != EINTR)
             die(FB_EXIT_MASTER_LOST, "watchdog poll failed: %s",
                 strerror(errno));
+        if (n == 0)
+            send_heartbeat(ch);
     }
     return NULL;
 }
 
-static void start_watchdog(int *fd)
+static void start_watchdog(struct fb_child *ch)
 {
     pthread_t t;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&t, NULL, watchdog, fd);
+    int err = pthread_create(&t, NULL, watchdog, ch);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (err)
         die(FB_EXIT_BOOT, "cannot start the watchdog thread: %s",
@@ -188,9 +210,10 @@ static void start_watchdog(int *fd)
 }
 
 /* Runs a process target and reports its return value. */
-static void run_process(struct fb_conn *c, const struct fb_wire_hdr *hdr,
+static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
                         const uint8_t *p)
 {
+    struct fb_conn *c = &ch->conn;
     struct fb_msg_run m;
     fb_wire_get_run(p, hdr->len, &m, NULL, 0);
     char task[FB_WIRE_NAME_MAX + 1];
@@ -199,8 +222,10 @@ static void run_process(struct fb_conn *c, const struct fb_wire_hdr *hdr,
     fiber_task_fn fn;
     if (fiber_task_lookup(task, &fn) != 0) {
         const char *why = fiber_last_error();
+        pthread_mutex_lock(&ch->write_mu);
         fb_wire_put_exit(&c->out, FB_EXIT_NOTASK, why, strlen(why));
         fb_conn_flush_wait(c, fb_deadline_ms(5000));
+        pthread_mutex_unlock(&ch->write_mu);
         die(FB_EXIT_NOTASK, "%s", why);
     }
     /* The argument is copied so the task gets an aligned buffer of its
@@ -216,11 +241,14 @@ static void run_process(struct fb_conn *c, const struct fb_wire_hdr *hdr,
     const char *why = fb_task_failure();
     /* A target that failed through fiber_task_fail() exits with 1, as a
      * Python process whose target raised does; its message travels in
-     * EXIT.  (FIBER_ETASK itself would read as "killed by SIGTERM".) */
-    if (rc == FIBER_ETASK && why[0])
+     * EXIT.  (FIBER_ETASK itself, -15, would read as "killed by
+     * SIGTERM".) */
+    if (rc == FIBER_ETASK)
         rc = 1;
+    pthread_mutex_lock(&ch->write_mu);
     fb_wire_put_exit(&c->out, rc, why, strnlen(why, FB_WIRE_TEXT_MAX));
     fb_conn_flush_wait(c, fb_deadline_ms(5000));
+    pthread_mutex_unlock(&ch->write_mu);
     free(arg);
     fiber_buf_free(&out);
     /* The connection stays open until the process ends: closing it under
@@ -232,22 +260,25 @@ void fb_child_main(void)
 {
     struct fb_runtime *rt = fb_rt();
     static struct boot b;
-    static struct fb_conn conn;
+    static struct fb_child ch = {.write_mu = PTHREAD_MUTEX_INITIALIZER};
     read_boot(&b);
     setup_config_and_log(rt, &b);
     if (fb_build_id(rt->build_id, sizeof rt->build_id) != 0)
         die(FB_EXIT_BOOT, "%s", fiber_last_error());
     rt->master = 0;
-    handshake(rt, &b, &conn);
-    start_watchdog(&conn.fd);
+    ch.cfg = &rt->cfg;
+    ch.heartbeat_ms = handshake(rt, &b, &ch.conn);
+    start_watchdog(&ch);
     struct fb_wire_hdr hdr;
     const uint8_t *p;
-    int rc = fb_conn_recv_wait(&conn, &hdr, &p, UINT64_MAX);
+    int rc = fb_conn_recv_wait(&ch.conn, &hdr, &p, UINT64_MAX);
     if (rc != 1)
         die(FB_EXIT_MASTER_LOST, "no assignment from the master: %s",
-            conn.err);
+            ch.conn.err);
     if (hdr.type == FB_MSG_RUN)
-        run_process(&conn, &hdr, p);
+        run_process(&ch, &hdr, p);
+    if (hdr.type == FB_MSG_POOL)
+        fb_worker_main(&ch, &hdr, p);
     die(FB_EXIT_PROTO, "unexpected %s from the master",
         fb_msg_type_name(hdr.type));
 }

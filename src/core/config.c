@@ -38,7 +38,8 @@
     X(listen_host, STR, "127.0.0.1", host, 0, 0)                               \
     X(connect_timeout_ms, INT, 30000, integer, 1, 86400000)                    \
     X(terminate_grace_ms, INT, 2000, integer, 0, 3600000)                      \
-    X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)
+    X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)              \
+    X(heartbeat_ms, INT, 1000, integer, 0, 3600000)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */

@@ -28,6 +28,7 @@ struct fb_config {
     int connect_timeout_ms;     /* > 0 */
     int terminate_grace_ms;     /* >= 0 */
     uint32_t max_message_bytes; /* 1 KiB .. 1 GiB */
+    int heartbeat_ms;           /* pool workers' heartbeat; 0 = off */
 };
 
 /* Fills c with the built-in defaults. */

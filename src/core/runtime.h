@@ -40,7 +40,12 @@
 struct fb_jobrec;
 
 struct fb_owner_ops {
-    const char *kind; /* "process" */
+    const char *kind; /* "process", "pool" */
+    /* If set, connected() takes the connection: it moves j->conn (its fd
+     * and buffers, WELCOME queued in out) to the owner, which then drives
+     * it; the service thread no longer watches it and message() is not
+     * called. */
+    int takes_conn;
     /* The child authenticated; j->conn is live.  The owner may append
      * frames to j->conn.out: the service thread flushes them. */
     void (*connected)(struct fb_jobrec *j);

@@ -197,11 +197,20 @@ static void adopt(struct fb_pending *p, struct fb_jobrec *j)
     j->conn.max_payload = R->cfg.max_message_bytes;
     free(p);
     j->connected = j->ever_connected = 1;
-    ep_mod(j->conn.fd, EPOLLIN, EV_JOB(j->id, EV_CONN));
-    struct fb_msg_welcome w = {.heartbeat_ms = 0};
+    struct fb_msg_welcome w = {
+        .heartbeat_ms = (uint32_t)R->cfg.heartbeat_ms};
     fb_wire_put_welcome(&j->conn.out, &w);
-    j->ops->connected(j);
-    fb_rt_kick(j);
+    if (j->ops->takes_conn) {
+        ep_del(j->conn.fd);
+        j->ops->connected(j); /* the owner now has the connection */
+        j->connected = 0;
+        memset(&j->conn, 0, sizeof j->conn);
+        j->conn.fd = -1;
+    } else {
+        ep_mod(j->conn.fd, EPOLLIN, EV_JOB(j->id, EV_CONN));
+        j->ops->connected(j);
+        fb_rt_kick(j);
+    }
     fb_log_debug("job %llu '%s' connected", (unsigned long long)j->id,
                  j->name);
     pthread_cond_broadcast(&R->changed);

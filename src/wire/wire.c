@@ -126,6 +126,8 @@ static const struct str_rule rule_name = {1, FB_WIRE_NAME_MAX,
                                           "[A-Za-z0-9_.-]", is_name_char};
 static const struct str_rule rule_task = {1, FB_WIRE_NAME_MAX, "[A-Za-z0-9_]",
                                           is_task_char};
+static const struct str_rule rule_task_opt = {0, FB_WIRE_NAME_MAX,
+                                              "[A-Za-z0-9_]", is_task_char};
 static const struct str_rule rule_text = {0, FB_WIRE_TEXT_MAX,
                                           "any byte but NUL", is_text_char};
 
@@ -384,8 +386,127 @@ int fb_wire_get_empty(size_t len, char *err, size_t errlen)
     if (len == 0)
         return 0;
     return proto_fail(err, errlen,
-                      "payload: length %zu, want 0 (PING and PONG carry none)",
+                      "payload: length %zu, want 0 (this message carries none)",
                       len);
+}
+
+int fb_wire_get_pool(const uint8_t *p, size_t len, struct fb_msg_pool *m,
+                     char *err, size_t errlen)
+{
+    struct reader r = {p, len, "POOL", err, errlen};
+    struct fb_msg_pool pool;
+    if (len > FB_WIRE_PAYLOAD_HARD_MAX)
+        return rd_fail(&r, "payload", "length %zu exceeds the limit of %u",
+                       len, FB_WIRE_PAYLOAD_HARD_MAX);
+    int rc = rd_u32(&r, "spin_us", &pool.spin_us);
+    if (rc == 0)
+        rc = rd_string(&r, "init_task", &rule_task_opt, &pool.init_task,
+                       &pool.init_task_len);
+    if (rc)
+        return rc;
+    pool.init_arg = r.pos;
+    pool.init_arg_len = (uint32_t)r.left;
+    *m = pool;
+    return 0;
+}
+
+/* Checks the item count a TASK or RESULT header carries. */
+static int count_check(struct reader *r, int32_t count)
+{
+    if (count < 1 || (uint32_t)count > FB_WIRE_CHUNK_MAX)
+        return rd_fail(r, "count", "%" PRId32 " is outside 1..%u", count,
+                       FB_WIRE_CHUNK_MAX);
+    return 0;
+}
+
+int fb_wire_get_task(const uint8_t *p, size_t len, int32_t count,
+                     struct fb_msg_task *m, char *err, size_t errlen)
+{
+    struct reader r = {p, len, "TASK", err, errlen};
+    struct fb_msg_task task;
+    int rc = count_check(&r, count);
+    if (rc == 0)
+        rc = rd_string(&r, "task", &rule_task, &task.task, &task.task_len);
+    if (rc)
+        return rc;
+    task.count = (uint32_t)count;
+    task.items = r.pos;
+    for (int32_t i = 0; i < count && rc == 0; i++) {
+        uint32_t n;
+        const uint8_t *arg;
+        rc = rd_u32(&r, "item len", &n);
+        if (rc == 0)
+            rc = rd_take(&r, "item arg", n, &arg);
+    }
+    if (rc == 0)
+        rc = rd_end(&r, "the last item");
+    if (rc == 0)
+        *m = task;
+    return rc;
+}
+
+int fb_wire_get_result(const uint8_t *p, size_t len, int32_t count,
+                       struct fb_msg_result *m, char *err, size_t errlen)
+{
+    struct reader r = {p, len, "RESULT", err, errlen};
+    struct fb_msg_result res;
+    int rc = count_check(&r, count);
+    if (rc == 0)
+        rc = rd_u32(&r, "offset", &res.offset);
+    if (rc == 0)
+        rc = rd_u64(&r, "elapsed_ns", &res.elapsed_ns);
+    if (rc)
+        return rc;
+    res.count = (uint32_t)count;
+    res.items = r.pos;
+    for (int32_t i = 0; i < count && rc == 0; i++) {
+        uint32_t code, n;
+        const uint8_t *bytes;
+        char why[128];
+        rc = rd_u32(&r, "item rc", &code);
+        if (rc == 0)
+            rc = rd_u32(&r, "item len", &n);
+        if (rc == 0)
+            rc = rd_take(&r, "item bytes", n, &bytes);
+        if (rc == 0 && code != 0 &&
+            str_check(&rule_text, bytes, n, why, sizeof why))
+            rc = rd_fail(&r, "item failure text", "%s", why);
+    }
+    if (rc == 0)
+        rc = rd_end(&r, "the last item");
+    if (rc == 0)
+        *m = res;
+    return rc;
+}
+
+void fb_wire_task_next(const uint8_t **cursor, const void **arg,
+                       uint32_t *len)
+{
+    *len = get_le32(*cursor);
+    *arg = *cursor + 4;
+    *cursor += 4 + (size_t)*len;
+}
+
+void fb_wire_result_next(const uint8_t **cursor, int32_t *rc,
+                         const void **data, uint32_t *len)
+{
+    *rc = to_int32(get_le32(*cursor));
+    *len = get_le32(*cursor + 4);
+    *data = *cursor + 8;
+    *cursor += 8 + (size_t)*len;
+}
+
+int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,
+                      char *err, size_t errlen)
+{
+    struct reader r = {p, len, "FAULT", err, errlen};
+    uint32_t off;
+    int rc = rd_u32(&r, "offset", &off);
+    if (rc == 0)
+        rc = rd_end(&r, "offset");
+    if (rc == 0)
+        *offset = off;
+    return rc;
 }
 
 int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
@@ -396,6 +517,10 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
         struct fb_msg_welcome welcome;
         struct fb_msg_run run;
         struct fb_msg_text text;
+        struct fb_msg_pool pool;
+        struct fb_msg_task task;
+        struct fb_msg_result result;
+        uint32_t offset;
     } m;
     switch (h->type) {
     case FB_MSG_HELLO:
@@ -407,8 +532,19 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
     case FB_MSG_REJECT:
     case FB_MSG_EXIT:
         return fb_wire_get_text(p, h->len, &m.text, err, errlen);
+    case FB_MSG_POOL:
+        return fb_wire_get_pool(p, h->len, &m.pool, err, errlen);
+    case FB_MSG_TASK:
+        return fb_wire_get_task(p, h->len, h->code, &m.task, err, errlen);
+    case FB_MSG_RESULT:
+        return fb_wire_get_result(p, h->len, h->code, &m.result, err, errlen);
+    case FB_MSG_FAULT:
+        return fb_wire_get_fault(p, h->len, &m.offset, err, errlen);
     case FB_MSG_PING:
     case FB_MSG_PONG:
+    case FB_MSG_READY:
+    case FB_MSG_STOP:
+    case FB_MSG_HEARTBEAT:
         return fb_wire_get_empty(h->len, err, errlen);
     }
     return proto_fail(err, errlen, "header type: unknown value %u", h->type);
@@ -555,4 +691,152 @@ int fb_wire_put_ping(fiber_buf *out, uint64_t id)
 int fb_wire_put_pong(fiber_buf *out, uint64_t id)
 {
     return put_frame(out, FB_MSG_PONG, 0, id, NULL, 0);
+}
+
+int fb_wire_put_empty(fiber_buf *out, unsigned type, uint64_t id)
+{
+    if (type != FB_MSG_PING && type != FB_MSG_PONG && type != FB_MSG_READY &&
+        type != FB_MSG_STOP && type != FB_MSG_HEARTBEAT)
+        return fb_err(FIBER_EINVAL, "%s is not an empty message",
+                      fb_msg_type_name(type));
+    return put_frame(out, type, 0, id, NULL, 0);
+}
+
+int fb_wire_put_pool(fiber_buf *out, const struct fb_msg_pool *m)
+{
+    if (!m)
+        return fb_err(FIBER_EINVAL, "POOL: message is NULL");
+    int rc = check_field("POOL", "init_task", &rule_task_opt, m->init_task,
+                         m->init_task_len);
+    if (rc)
+        return rc;
+    if (!m->init_arg && m->init_arg_len)
+        return fb_err(FIBER_EINVAL, "POOL init_arg: NULL with length %" PRIu32,
+                      m->init_arg_len);
+    if (m->init_arg_len > FB_WIRE_PAYLOAD_HARD_MAX - 5u - m->init_task_len)
+        return fb_err(FIBER_EINVAL, "POOL init_arg: too long");
+    uint8_t spin[4], task_len = m->init_task_len;
+    put_le32(spin, m->spin_us);
+    const struct piece pieces[] = {{spin, 4},
+                                   {&task_len, 1},
+                                   {m->init_task, task_len},
+                                   {m->init_arg, m->init_arg_len}};
+    return put_frame(out, FB_MSG_POOL, 0, 0, pieces, FB_ARRAY_LEN(pieces));
+}
+
+/* Appends a header for a frame whose len and code _end fills in. */
+static int begin_frame(fiber_buf *out, unsigned type, uint64_t id,
+                       size_t *mark)
+{
+    struct fb_wire_hdr h = {.type = (uint8_t)type, .id = id};
+    uint8_t hdr[FB_WIRE_HDR_LEN];
+    fb_wire_hdr_encode(hdr, &h);
+    *mark = out->len;
+    return fiber_buf_append(out, hdr, sizeof hdr);
+}
+
+static void end_frame(fiber_buf *out, size_t mark, uint32_t count)
+{
+    uint8_t *hdr = out->data + mark;
+    put_le32(hdr + 8, count);
+    put_le32(hdr + 20, (uint32_t)(out->len - mark - FB_WIRE_HDR_LEN));
+}
+
+int fb_wire_task_begin(fiber_buf *out, uint64_t id, const char *task,
+                       size_t task_len, size_t *mark)
+{
+    if (!out)
+        return fb_err(FIBER_EINVAL, "TASK: output buffer is NULL");
+    int rc = check_field("TASK", "task", &rule_task, task, task_len);
+    if (rc)
+        return rc;
+    size_t start = out->len;
+    uint8_t n = (uint8_t)task_len;
+    rc = fiber_buf_reserve(out, FB_WIRE_HDR_LEN + 1 + task_len);
+    if (rc == 0)
+        rc = begin_frame(out, FB_MSG_TASK, id, mark);
+    if (rc == 0)
+        rc = fiber_buf_append(out, &n, 1);
+    if (rc == 0)
+        rc = fiber_buf_append(out, task, task_len);
+    if (rc)
+        out->len = start;
+    return rc;
+}
+
+int fb_wire_task_add(fiber_buf *out, const void *arg, uint32_t len)
+{
+    if (!arg && len)
+        return fb_err(FIBER_EINVAL, "TASK item: NULL with length %" PRIu32,
+                      len);
+    int rc = fiber_buf_reserve(out, 4 + (size_t)len);
+    if (rc)
+        return rc;
+    put_le32(out->data + out->len, len);
+    if (len)
+        memcpy(out->data + out->len + 4, arg, len);
+    out->len += 4 + (size_t)len;
+    return 0;
+}
+
+void fb_wire_task_end(fiber_buf *out, size_t mark, uint32_t count)
+{
+    end_frame(out, mark, count);
+}
+
+int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,
+                         size_t *mark)
+{
+    if (!out)
+        return fb_err(FIBER_EINVAL, "RESULT: output buffer is NULL");
+    size_t start = out->len;
+    int rc = fiber_buf_reserve(out, FB_WIRE_HDR_LEN + 12);
+    if (rc == 0)
+        rc = begin_frame(out, FB_MSG_RESULT, id, mark);
+    if (rc) {
+        out->len = start;
+        return rc;
+    }
+    put_le32(out->data + out->len, offset);
+    put_le64(out->data + out->len + 4, 0);
+    out->len += 12;
+    return 0;
+}
+
+int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
+                       uint32_t len)
+{
+    if (!data && len)
+        return fb_err(FIBER_EINVAL, "RESULT item: NULL with length %" PRIu32,
+                      len);
+    if (rc != 0) {
+        int err = check_field("RESULT", "failure text", &rule_text, data, len);
+        if (err)
+            return err;
+    }
+    int err = fiber_buf_reserve(out, 8 + (size_t)len);
+    if (err)
+        return err;
+    put_le32(out->data + out->len, (uint32_t)rc);
+    put_le32(out->data + out->len + 4, len);
+    if (len)
+        memcpy(out->data + out->len + 8, data, len);
+    out->len += 8 + (size_t)len;
+    return 0;
+}
+
+void fb_wire_result_end(fiber_buf *out, size_t mark, uint32_t count,
+                        uint64_t elapsed_ns)
+{
+    put_le64(out->data + mark + FB_WIRE_HDR_LEN + 4, elapsed_ns);
+    end_frame(out, mark, count);
+}
+
+void fb_wire_fault_encode(uint8_t out[FB_WIRE_FAULT_LEN], uint64_t chunk_id,
+                          int32_t sig, uint32_t offset)
+{
+    struct fb_wire_hdr h = {.type = FB_MSG_FAULT, .code = sig,
+                            .id = chunk_id, .len = 4};
+    fb_wire_hdr_encode(out, &h);
+    put_le32(out + FB_WIRE_HDR_LEN, offset);
 }

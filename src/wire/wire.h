@@ -38,6 +38,29 @@
  *            value; payload: text (failure message, may be empty)
  *   PING     either way, empty payload; the peer answers PONG with the same id
  *   PONG     empty payload
+ *
+ *  Pool workers (after WELCOME the master sends POOL instead of RUN):
+ *   POOL     master->worker: become a pool worker.
+ *            u32 spin_us | u8 n | initializer task[n] (0..63 bytes of
+ *            [A-Za-z0-9_]; empty = none) | initializer arg (the rest)
+ *   READY    worker->master, empty: the initializer ran; send tasks.
+ *   TASK     master->worker: a chunk of calls of one task.  header id =
+ *            chunk id, header code = count (1..FB_WIRE_CHUNK_MAX).
+ *            u8 n | task[n] | count x (u32 len | arg[len])
+ *   RESULT   worker->master: results of items offset..offset+count-1 of
+ *            a chunk, in order.  header id = chunk id, code = count.
+ *            u32 offset | u64 elapsed_ns | count x (i32 rc | u32 len |
+ *            bytes[len]); when rc != 0 the bytes are the failure text
+ *            (text rules).
+ *   STOP     master->worker, empty: exit once idle.
+ *   HEARTBEAT worker->master, empty: still alive (sent every heartbeat_ms).
+ *   FAULT    worker->master, sent from a fatal-signal handler (or exit())
+ *            while a task runs: header id = chunk id, code = the signal
+ *            number (or 0 for exit); payload u32 offset: the item that was
+ *            running.  The results before it were sent first.
+ *
+ * TEXT payloads (REJECT, EXIT) are the whole payload: their length is the
+ * header's len, with no prefix of their own.
  */
 #ifndef FB_WIRE_H
 #define FB_WIRE_H
@@ -54,6 +77,7 @@
 #define FB_WIRE_BUILD_ID_MAX 64u
 #define FB_WIRE_NAME_MAX 63u
 #define FB_WIRE_TEXT_MAX 1023u
+#define FB_WIRE_CHUNK_MAX 65536u
 /* The largest payload any receiver accepts, whatever its configuration. */
 #define FB_WIRE_PAYLOAD_HARD_MAX (1u << 30)
 
@@ -66,7 +90,14 @@
     X(RUN, 4)                                                                  \
     X(EXIT, 5)                                                                 \
     X(PING, 6)                                                                 \
-    X(PONG, 7)
+    X(PONG, 7)                                                                 \
+    X(POOL, 8)                                                                 \
+    X(READY, 9)                                                                \
+    X(TASK, 10)                                                                \
+    X(RESULT, 11)                                                              \
+    X(STOP, 12)                                                                \
+    X(HEARTBEAT, 13)                                                           \
+    X(FAULT, 14)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -129,6 +160,30 @@ struct fb_msg_text { /* REJECT and EXIT */
     uint32_t len;
 };
 
+struct fb_msg_pool {
+    uint32_t spin_us;
+    const char *init_task; /* may be empty (init_task_len 0) */
+    uint8_t init_task_len;
+    const void *init_arg;
+    uint32_t init_arg_len;
+};
+
+/* A decoded TASK or RESULT: the items, already validated, are walked with
+ * fb_wire_task_next / fb_wire_result_next. */
+struct fb_msg_task {
+    const char *task;
+    uint8_t task_len;
+    uint32_t count;
+    const uint8_t *items; /* count x (u32 len | arg) */
+};
+
+struct fb_msg_result {
+    uint32_t offset;
+    uint64_t elapsed_ns;
+    uint32_t count;
+    const uint8_t *items; /* count x (i32 rc | u32 len | bytes) */
+};
+
 /* Each encoder appends one complete frame (header and payload) to out,
  * taking the header's id and code from its arguments.  It validates what
  * it is given by the same rules as the decoder, so fiber never sends what
@@ -143,6 +198,33 @@ int fb_wire_put_exit(fiber_buf *out, int32_t code, const char *text,
 int fb_wire_put_ping(fiber_buf *out, uint64_t id);
 int fb_wire_put_pong(fiber_buf *out, uint64_t id);
 
+int fb_wire_put_pool(fiber_buf *out, const struct fb_msg_pool *m);
+/* FAULT is 28 bytes; written into a caller's array so that a signal
+ * handler can send it without allocating. */
+#define FB_WIRE_FAULT_LEN (FB_WIRE_HDR_LEN + 4u)
+void fb_wire_fault_encode(uint8_t out[FB_WIRE_FAULT_LEN], uint64_t chunk_id,
+                          int32_t sig, uint32_t offset);
+/* READY, STOP and HEARTBEAT: an empty frame of that type. */
+int fb_wire_put_empty(fiber_buf *out, unsigned type, uint64_t id);
+
+/* TASK and RESULT frames are built in place, item by item, because they
+ * are the hot path: _begin appends the header and fixed fields and gives a
+ * mark; _add appends one item; _end patches the header's len and count.
+ * Between _begin and _end nothing else may be appended to out.  On failure
+ * (FIBER_EINVAL, FIBER_ENOMEM) out->len is as before the failed call;
+ * a caller abandoning a frame sets out->len = mark. */
+int fb_wire_task_begin(fiber_buf *out, uint64_t id, const char *task,
+                       size_t task_len, size_t *mark);
+int fb_wire_task_add(fiber_buf *out, const void *arg, uint32_t len);
+void fb_wire_task_end(fiber_buf *out, size_t mark, uint32_t count);
+
+int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,
+                         size_t *mark);
+int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
+                       uint32_t len);
+void fb_wire_result_end(fiber_buf *out, size_t mark, uint32_t count,
+                        uint64_t elapsed_ns);
+
 /* Each decoder reads a payload of exactly len bytes (the header's len) and
  * fills in *m.  Returns 0, or FIBER_EPROTO with a message in err naming
  * the field (truncated, too long, bad characters, trailing bytes). */
@@ -154,7 +236,27 @@ int fb_wire_get_run(const uint8_t *p, size_t len, struct fb_msg_run *m,
                     char *err, size_t errlen);
 int fb_wire_get_text(const uint8_t *p, size_t len, struct fb_msg_text *m,
                      char *err, size_t errlen);
-/* PING and PONG: accepts only len == 0. */
+int fb_wire_get_pool(const uint8_t *p, size_t len, struct fb_msg_pool *m,
+                     char *err, size_t errlen);
+/* count is the header's code; every item is checked here, so the
+ * iterators below need no checks of their own. */
+int fb_wire_get_task(const uint8_t *p, size_t len, int32_t count,
+                     struct fb_msg_task *m, char *err, size_t errlen);
+int fb_wire_get_result(const uint8_t *p, size_t len, int32_t count,
+                       struct fb_msg_result *m, char *err, size_t errlen);
+
+/* Walks the items of a decoded TASK / RESULT: *cursor starts at
+ * m->items; each call returns the next item and advances it. */
+void fb_wire_task_next(const uint8_t **cursor, const void **arg,
+                       uint32_t *len);
+void fb_wire_result_next(const uint8_t **cursor, int32_t *rc,
+                         const void **data, uint32_t *len);
+
+/* FAULT: exactly a u32 offset. */
+int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,
+                      char *err, size_t errlen);
+
+/* PING, PONG, READY, STOP, HEARTBEAT: accepts only len == 0. */
 int fb_wire_get_empty(size_t len, char *err, size_t errlen);
 
 /* Decodes the payload of a frame whatever its type, by dispatching on

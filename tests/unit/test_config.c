@@ -21,7 +21,7 @@
 static const char *const all_keys[] = {
     "backend",           "log_level",          "log_dir",
     "transport",         "listen_host",        "connect_timeout_ms",
-    "terminate_grace_ms", "max_message_bytes",
+    "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -272,7 +272,7 @@ TEST(apply_unknown_key)
     CHECK_STR(fiber_last_error(),
               "unknown key 'log_levle' (.fiberconfig:3); known keys: backend, "
               "log_level, log_dir, transport, listen_host, connect_timeout_ms, "
-              "terminate_grace_ms, max_message_bytes");
+              "terminate_grace_ms, max_message_bytes, heartbeat_ms");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
     CHECK_ERR(fb_config_apply(&c, "log_level", NULL, "test"), FIBER_ECONFIG);
@@ -552,7 +552,7 @@ TEST(env_unknown_variable)
               "unknown environment variable FIBER_NOPE: not a fiber "
               "configuration key; known keys: backend, log_level, log_dir, "
               "transport, listen_host, connect_timeout_ms, "
-              "terminate_grace_ms, max_message_bytes");
+              "terminate_grace_ms, max_message_bytes, heartbeat_ms");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 

@@ -1,0 +1,215 @@
+/*
+ * pool_int.h -- the pool's insides, shared by pool.c (the API: batches,
+ * futures, iterators, lifecycle) and pool_sched.c (workers, dispatch,
+ * results, the progress loop).
+ *
+ * Locking: pool->mu guards everything here.  The runtime's service thread
+ * never takes it: it reports worker connections and job ends through the
+ * inbox (inbox_mu, a leaf lock) and the event fd.  Pool code may call the
+ * runtime (which takes the runtime lock) with pool->mu held; the runtime
+ * never calls back into the pool with its lock held except into
+ * inbox_push().
+ */
+#ifndef FB_POOL_INT_H
+#define FB_POOL_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/runtime.h"
+#include "net/net.h"
+
+#define POOL_MAGIC 0x504f4f4cu /* "POOL" */
+
+enum batch_kind { B_APPLY, B_MAP, B_BUFS, B_IMAP };
+
+struct fb_imap_slot {
+    int ready;
+    int rc;
+    size_t index;
+    fiber_buf data;
+};
+
+/* A set of tasks submitted together: one apply, one map, one imap. */
+struct fb_batch {
+    enum batch_kind kind;
+    struct fiber_pool *pool; /* NULL once the pool is gone */
+    char task[FB_WIRE_NAME_MAX + 1];
+    uint8_t task_len;
+    size_t n;         /* tasks in the batch */
+    size_t next;      /* next index never sent */
+    size_t done;      /* indices completed */
+    size_t chunksize; /* 0 = automatic */
+
+    const uint8_t *in; /* B_MAP, B_IMAP: n records of in_size */
+    size_t in_size;
+    const fiber_iov *iov;   /* B_BUFS */
+    unsigned char *arg;     /* B_APPLY: owned copy */
+    size_t arg_len;
+
+    uint8_t *out; /* B_MAP */
+    size_t out_size;
+    fiber_buf *bufs; /* B_BUFS */
+    int *codes;
+    fiber_buf result; /* B_APPLY: result bytes or failure text */
+
+    int rc;             /* B_APPLY: the code; others: lowest failure's */
+    size_t err_index;   /* index of that failure */
+    char msg[512];      /* its message */
+    uint64_t *done_bits;
+
+    /* B_IMAP: a window of results; ordered reads slot (taken % window),
+     * unordered reads whichever is ready first. */
+    struct fb_imap_slot *slots;
+    size_t window, taken, ready_count;
+    int ordered;
+
+    fiber_done_fn cb;
+    void *ud;
+    int has_handle;  /* a future or iterator refers to it */
+    int complete;    /* all n done */
+    int cb_pending;  /* complete, callback not yet run */
+
+    struct fb_batch *q_next;              /* pool's queue of unsent work */
+    struct fb_batch *all_prev, *all_next; /* every live batch */
+    struct fb_batch *cb_next;             /* completed, callback due */
+};
+
+struct fb_chunk {
+    uint64_t id;
+    struct fb_batch *b;
+    size_t first;    /* indices first .. first + count - 1 */
+    uint32_t count;
+    uint32_t done;   /* results received, in order */
+    int attempts;    /* crashes already charged (retries only) */
+    int isolated;    /* a suspect, run alone on its worker */
+    struct fb_chunk *next;
+};
+
+enum worker_state {
+    W_STARTING, /* job launched, not connected */
+    W_INIT,     /* connected; POOL sent; waiting for READY */
+    W_READY,    /* takes tasks */
+    W_GONE,     /* connection closed; waiting for the job to end */
+};
+
+struct fb_worker {
+    struct fiber_pool *pool;
+    struct fb_jobrec *job;
+    int state;
+    int retire;     /* take no more tasks; STOP once drained */
+    int stop_sent;
+    int asked_to_stop; /* its end is not a loss */
+    int faulted;    /* it reported the task that killed it (FAULT) */
+    struct fb_conn conn;
+    int has_conn;
+    int want_out;   /* EPOLLOUT armed */
+    struct fb_chunk *head, *tail;
+    uint32_t inflight;
+    uint64_t assigned;
+    uint64_t last_heard_ms;
+    uint64_t idle_since_ms;
+    char exit_msg[256]; /* what it said before exiting (EXIT) */
+};
+
+struct fb_retry {
+    struct fb_batch *b;
+    size_t index;
+    int attempts;
+};
+
+/* A ring of tasks to send again, oldest first. */
+struct fb_ring {
+    struct fb_retry *v;
+    size_t head, len, cap;
+};
+
+struct fb_inbox_ev {
+    int kind; /* IN_CONNECTED, IN_ENDED */
+    struct fb_worker *w;
+    struct fb_conn conn;
+    struct fb_inbox_ev *next;
+};
+#define IN_CONNECTED 1
+#define IN_ENDED 2
+
+struct fiber_pool {
+    uint32_t magic;
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* progress happened; the driver role is free */
+    int driving;         /* a thread runs the progress loop */
+    int want_drive;      /* callers waiting to take it over */
+    int epfd, evfd;
+    uint64_t last_drive_ms;
+
+    /* configuration */
+    int target, min_workers, max_workers, idle_ms;
+    int maxtasks, max_crashes;
+    char *init_task;
+    unsigned char *init_arg;
+    size_t init_arg_len;
+    fiber_job_opts job;     /* deep copy */
+    char **job_env;
+    char *job_strs[4];      /* name, backend, image, workdir copies */
+    int heartbeat_ms;
+    int spin_allowed;
+    unsigned ncpu;
+    uint32_t max_frame;
+
+    struct fb_worker **workers;
+    int n_workers, cap_workers;
+    int rr;                 /* where dispatch starts, round robin */
+    int startup_failures;   /* workers in a row that died before READY */
+    uint64_t last_grow_ms;
+    char broken[512];       /* set when workers cannot start */
+    uint64_t name_seq;
+    unsigned pool_no;
+
+    struct fb_batch *q_head, *q_tail; /* batches with unsent tasks */
+    struct fb_batch *all;             /* every live batch */
+    struct fb_batch *cb_head, *cb_tail;
+    struct fb_ring retry;   /* tasks to send again */
+    struct fb_ring suspect; /* tasks to send again, each alone on a worker */
+    size_t queued;                    /* unsent tasks, all batches */
+    uint64_t chunk_seq;
+    double task_ns;                   /* EWMA of a task's run time */
+
+    int closed, terminated;
+    fiber_pool_stats st;
+
+    pthread_mutex_t inbox_mu;
+    struct fb_inbox_ev *inbox;
+
+    pthread_t bg;
+    int bg_running, bg_stop;
+};
+
+#define RETRIES(p) ((p)->retry.len + (p)->suspect.len)
+
+/* pool_sched.c */
+extern const struct fb_owner_ops fb_pool_worker_ops;
+int fb_pool_sched_init(struct fiber_pool *p);
+void fb_pool_sched_fini(struct fiber_pool *p);
+int fb_pool_grow(struct fiber_pool *p, int n);     /* mu held */
+void fb_pool_dispatch(struct fiber_pool *p);       /* mu held */
+void fb_pool_flush(struct fiber_pool *p);          /* mu held */
+void fb_pool_stop_workers(struct fiber_pool *p);   /* mu held */
+/* Runs the progress loop until done(arg) is true or deadline passes.
+ * mu held.  Returns 0 or FIBER_ETIMEDOUT. */
+int fb_pool_progress(struct fiber_pool *p, int (*done)(void *), void *arg,
+                     uint64_t deadline_ms);
+void fb_pool_run_callbacks(struct fiber_pool *p); /* mu held */
+void *fb_pool_bg_main(void *arg);
+int fb_pool_alive_workers(const struct fiber_pool *p);
+
+/* pool.c */
+/* Completes task index of b with code (0, FIBER_ETASK, FIBER_ECRASHED,
+ * FIBER_ECLOSED) and data.  Drops duplicates.  mu held. */
+void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
+                     int code, const void *data, size_t len);
+void fb_batch_input(const struct fb_batch *b, size_t i, const void **data,
+                    size_t *len);
+int fb_batch_can_send(const struct fb_batch *b);
+void fb_batch_free(struct fb_batch *b);
+
+#endif /* FB_POOL_INT_H */

@@ -1,0 +1,31 @@
+/*
+ * child.h -- what the child role (child.c) shares with the pool worker
+ * loop (worker.c).
+ */
+#ifndef FB_CHILD_H
+#define FB_CHILD_H
+
+#include <pthread.h>
+
+#include "core/config.h"
+#include "net/net.h"
+
+struct fb_child {
+    struct fb_conn conn;
+    /* Guards conn.out and every write to the socket: the watchdog thread
+     * sends heartbeats while the main thread sends results. */
+    pthread_mutex_t write_mu;
+    uint32_t heartbeat_ms; /* from WELCOME; 0 = none */
+    const struct fb_config *cfg;
+};
+
+/* Logs at error level and exits with code at once. */
+void fb_child_die(int code, const char *fmt, ...) FIBER_PRINTF(2, 3)
+    __attribute__((noreturn));
+
+/* Serves as a pool worker: h/payload is the POOL message.  Never
+ * returns. */
+void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
+                    const uint8_t *payload) __attribute__((noreturn));
+
+#endif /* FB_CHILD_H */

@@ -1,0 +1,671 @@
+/*
+ * test_pool.c -- fiber_pool across real worker processes: correctness at
+ * scale, resilience to killed and crashing workers, resizing and
+ * autoscaling, futures, iterators and shutdown.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/pool_int.h"
+#include "core/common.h"
+#include "harness.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int64_t arg_i64(const void *arg, size_t len)
+{
+    int64_t v = 0;
+    if (len == sizeof v)
+        memcpy(&v, arg, sizeof v);
+    return v;
+}
+
+FIBER_TASK(square)
+{
+    int64_t x = arg_i64(arg, len), y = x * x;
+    return fiber_buf_append(out, &y, sizeof y);
+}
+
+/* Spins for about x microseconds, then returns x * 3. */
+FIBER_TASK(busy_triple)
+{
+    int64_t x = arg_i64(arg, len);
+    uint64_t until = fb_now_ns() + (uint64_t)(x % 50) * 1000u;
+    while (fb_now_ns() < until)
+        ;
+    int64_t y = x * 3;
+    return fiber_buf_append(out, &y, sizeof y);
+}
+
+FIBER_TASK(sleep_then_echo)
+{
+    int64_t ms = arg_i64(arg, len);
+    sleep_ms((int)ms);
+    return fiber_buf_append(out, &ms, sizeof ms);
+}
+
+/* Index 13 always crashes its worker; the rest return their argument. */
+FIBER_TASK(segv_on_13)
+{
+    int64_t x = arg_i64(arg, len);
+    if (x == 13)
+        raise(SIGSEGV); /* what a wild pointer does, without the UB that
+                           the sanitizer build would catch first */
+    return fiber_buf_append(out, &x, sizeof x);
+}
+
+FIBER_TASK(fail_on_odd)
+{
+    int64_t x = arg_i64(arg, len);
+    if (x % 2)
+        return fiber_task_fail("odd input %lld", (long long)x);
+    return fiber_buf_append(out, &x, sizeof x);
+}
+
+FIBER_TASK(wrong_size) { return fiber_buf_append(out, "abc", 3); }
+
+FIBER_TASK(echo) { return fiber_buf_append(out, arg, len); }
+
+FIBER_TASK(pid_of_worker)
+{
+    int64_t pid = getpid();
+    return fiber_buf_append(out, &pid, sizeof pid);
+}
+
+static int64_t init_value;
+FIBER_TASK(init_store)
+{
+    init_value = arg_i64(arg, len);
+    return 0;
+}
+FIBER_TASK(read_init) { return fiber_buf_append(out, &init_value, 8); }
+
+FIBER_TASK(init_fails) { return fiber_task_fail("no GPU here"); }
+
+static fiber_pool *make_pool(int workers)
+{
+    fiber_pool_opts o = {.workers = workers};
+    fiber_pool *p = NULL;
+    CHECK_OK(fiber_pool_create(&p, &o));
+    return p;
+}
+
+static int64_t *iota(size_t n)
+{
+    int64_t *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (int64_t)i;
+    return v;
+}
+
+static int64_t buf_i64(const fiber_buf *b)
+{
+    CHECK_EQ(b->len, 8);
+    int64_t v;
+    memcpy(&v, b->data, 8);
+    return v;
+}
+
+TEST(map_100k_in_order)
+{
+    enum { N = 100000 };
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(N), *out = calloc(N, sizeof *out);
+    CHECK_OK(fiber_pool_map(p, "square", in, 8, N, out, 8, 0));
+    for (size_t i = 0; i < N; i++)
+        if (out[i] != (int64_t)(i * i))
+            TH_FAIL("out[%zu] = %lld", i, (long long)out[i]);
+    /* The same with one task per message. */
+    memset(out, 0, N * sizeof *out);
+    CHECK_OK(fiber_pool_map(p, "square", in, 8, N, out, 8, 1));
+    for (size_t i = 0; i < N; i++)
+        CHECK_EQ(out[i], (int64_t)(i * i));
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.tasks_done, 2 * N);
+    CHECK_EQ(st.tasks_retried, 0);
+    CHECK_EQ(st.duplicates_dropped, 0);
+    fiber_pool_free(p);
+    free(in);
+    free(out);
+}
+
+TEST(imap_unordered_delivers_each_result_once)
+{
+    enum { N = 20000 };
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(N);
+    unsigned char *seen = calloc(N, 1);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap(p, "square", in, 8, N, 0, 0, &it));
+    fiber_buf b = {0};
+    size_t got = 0, idx;
+    int rc;
+    while ((rc = fiber_imap_next(it, &idx, &b, 20000)) == 0) {
+        CHECK(idx < N);
+        CHECK_EQ(seen[idx], 0);
+        seen[idx] = 1;
+        CHECK_EQ(buf_i64(&b), (int64_t)(idx * idx));
+        b.len = 0;
+        got++;
+    }
+    CHECK_EQ(rc, FIBER_ECLOSED);
+    CHECK_EQ(got, N);
+    fiber_imap_free(it);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(in);
+    free(seen);
+}
+
+TEST(imap_ordered_with_a_slow_reader)
+{
+    enum { N = 10000 };
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(N);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap(p, "square", in, 8, N, 0, 1, &it));
+    fiber_buf b = {0};
+    for (size_t i = 0; i < N; i++) {
+        size_t idx;
+        CHECK_OK(fiber_imap_next(it, &idx, &b, 20000));
+        CHECK_EQ(idx, i);
+        CHECK_EQ(buf_i64(&b), (int64_t)(i * i));
+        b.len = 0;
+        if (i % 2500 == 0)
+            sleep_ms(20); /* the window holds results meanwhile */
+    }
+    size_t idx;
+    CHECK_ERR(fiber_imap_next(it, &idx, &b, 1000), FIBER_ECLOSED);
+    fiber_imap_free(it);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(in);
+}
+
+/* ---- resilience ------------------------------------------------------- */
+
+struct killer {
+    fiber_pool *pool;
+    volatile int stop;
+    int kills;
+};
+
+static void *kill_workers(void *arg)
+{
+    struct killer *k = arg;
+    unsigned seed = 12345;
+    while (!k->stop) {
+        sleep_ms(50);
+        pthread_mutex_lock(&k->pool->mu);
+        long pid = -1;
+        int n = k->pool->n_workers;
+        if (n > 0) {
+            struct fb_worker *w = k->pool->workers[rand_r(&seed) % n];
+            if (w->state == W_READY)
+                pid = w->job->pid;
+        }
+        pthread_mutex_unlock(&k->pool->mu);
+        if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
+            k->kills++;
+    }
+    return NULL;
+}
+
+TEST(chaos_random_worker_killed_every_50ms)
+{
+    enum { N = 100000 };
+    fiber_pool *p = make_pool(3);
+    int64_t *in = iota(N), *out = calloc(N, sizeof *out);
+    struct killer k = {.pool = p};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, kill_workers, &k), 0);
+    int rc = fiber_pool_map(p, "busy_triple", in, 8, N, out, 8, 0);
+    k.stop = 1;
+    pthread_join(t, NULL);
+    CHECK_OK(rc);
+    for (size_t i = 0; i < N; i++)
+        if (out[i] != (int64_t)(3 * i))
+            TH_FAIL("out[%zu] = %lld after %d kills", i, (long long)out[i],
+                    k.kills);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    fprintf(stderr, "%d kills, %llu workers lost, %llu tasks retried\n",
+            k.kills, (unsigned long long)st.workers_lost,
+            (unsigned long long)st.tasks_retried);
+    CHECK(k.kills >= 5);
+    CHECK(st.workers_lost >= 5);
+    CHECK_EQ(st.tasks_done, N); /* exactly once */
+    CHECK_EQ(st.tasks_failed, 0);
+    fiber_pool_free(p);
+    free(in);
+    free(out);
+}
+
+TEST(task_that_always_crashes_fails_after_3_workers)
+{
+    enum { N = 200 };
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(N), *out = calloc(N, sizeof *out);
+    CHECK_ERR(fiber_pool_map(p, "segv_on_13", in, 8, N, out, 8, 1),
+              FIBER_ECRASHED);
+    CHECK_CONTAINS(fiber_last_error(), "task 13 of 'segv_on_13'");
+    CHECK_CONTAINS(fiber_last_error(), "3 workers");
+    for (size_t i = 0; i < N; i++)
+        if (i != 13)
+            CHECK_EQ(out[i], (int64_t)i);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.tasks_crashed, 1);
+    CHECK_EQ(st.workers_lost, 3);
+    /* The pool still works, with replacements. */
+    int64_t x = 5;
+    fiber_buf b = {0};
+    CHECK_OK(fiber_pool_apply(p, "square", &x, 8, &b));
+    CHECK_EQ(buf_i64(&b), 25);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(in);
+    free(out);
+}
+
+TEST(task_error_fails_only_its_own_future)
+{
+    fiber_pool *p = make_pool(2);
+    fiber_future *f[10];
+    for (int64_t i = 0; i < 10; i++)
+        CHECK_OK(fiber_pool_apply_async(p, "fail_on_odd", &i, 8, NULL, NULL,
+                                        &f[i]));
+    for (int64_t i = 0; i < 10; i++) {
+        fiber_buf b = {0};
+        int rc = fiber_future_get(f[i], &b, 20000);
+        if (i % 2) {
+            CHECK_EQ(rc, FIBER_ETASK);
+            CHECK_CONTAINS(fiber_last_error(), "odd input");
+            CHECK_EQ(fiber_future_successful(f[i]), 0);
+        } else {
+            CHECK_OK(rc);
+            CHECK_EQ(buf_i64(&b), i);
+            CHECK_EQ(fiber_future_successful(f[i]), 1);
+        }
+        fiber_buf_free(&b);
+        fiber_future_free(f[i]);
+    }
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.workers_lost, 0);
+    CHECK_EQ(st.tasks_failed, 5);
+    fiber_pool_free(p);
+}
+
+TEST(map_reports_the_lowest_failed_index)
+{
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(100), *out = calloc(100, sizeof *out);
+    CHECK_ERR(fiber_pool_map(p, "fail_on_odd", in, 8, 100, out, 8, 0),
+              FIBER_ETASK);
+    CHECK_CONTAINS(fiber_last_error(), "task 1 of 'fail_on_odd'");
+    CHECK_CONTAINS(fiber_last_error(), "odd input 1");
+    for (int i = 0; i < 100; i += 2)
+        CHECK_EQ(out[i], i);
+    CHECK_ERR(fiber_pool_map(p, "wrong_size", in, 8, 4, out, 8, 0),
+              FIBER_ETASK);
+    CHECK_CONTAINS(fiber_last_error(), "returned 3 bytes");
+    fiber_pool_free(p);
+    free(in);
+    free(out);
+}
+
+/* ---- sizes and shapes ---------------------------------------------------- */
+
+TEST(map_bufs_variable_sizes)
+{
+    enum { N = 500 };
+    fiber_pool *p = make_pool(2);
+    fiber_iov in[N];
+    char *data = malloc(N);
+    memset(data, 'x', N);
+    for (size_t i = 0; i < N; i++)
+        in[i] = (fiber_iov){data, i};
+    fiber_buf *out = calloc(N, sizeof *out);
+    int codes[N];
+    CHECK_OK(fiber_pool_map_bufs(p, "echo", in, N, out, codes, 0));
+    for (size_t i = 0; i < N; i++) {
+        CHECK_EQ(codes[i], 0);
+        CHECK_EQ(out[i].len, i);
+        fiber_buf_free(&out[i]);
+    }
+    free(out);
+    free(data);
+    fiber_pool_free(p);
+}
+
+TEST(large_arguments_and_results)
+{
+    fiber_pool *p = make_pool(1);
+    size_t n = 8u << 20;
+    char *big = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)(i * 31);
+    fiber_buf b = {0};
+    CHECK_OK(fiber_pool_apply(p, "echo", big, n, &b));
+    CHECK_EQ(b.len, n);
+    CHECK(memcmp(b.data, big, n) == 0);
+    fiber_buf_free(&b);
+    free(big);
+    fiber_pool_free(p);
+}
+
+TEST(unknown_task_and_bad_arguments)
+{
+    fiber_pool *p = make_pool(1);
+    fiber_future *f = NULL;
+    CHECK_ERR(fiber_pool_apply_async(p, "sqaure", NULL, 0, NULL, NULL, &f),
+              FIBER_ENOTASK);
+    CHECK_CONTAINS(fiber_last_error(), "'sqaure' is not registered");
+    CHECK(f == NULL);
+    CHECK_ERR(fiber_pool_map(p, "square", NULL, 8, 10, NULL, 8, 0),
+              FIBER_EINVAL);
+    char junk[64] = {0};
+    CHECK_ERR(fiber_pool_apply((fiber_pool *)junk, "square", NULL, 0, NULL),
+              FIBER_EINVAL);
+    fiber_pool_opts bad = {.min_workers = 5, .max_workers = 2};
+    fiber_pool *q = NULL;
+    CHECK_ERR(fiber_pool_create(&q, &bad), FIBER_EINVAL);
+    fiber_pool_opts badinit = {.workers = 1, .initializer = "nope"};
+    CHECK_ERR(fiber_pool_create(&q, &badinit), FIBER_ENOTASK);
+    CHECK(q == NULL);
+    fiber_pool_free(p);
+    fiber_pool_free(NULL);
+    fiber_future_free(NULL);
+    fiber_imap_free(NULL);
+}
+
+/* ---- futures, callbacks, lifecycle ---------------------------------------- */
+
+struct cb_state {
+    pthread_mutex_t mu;
+    int calls;
+    int64_t sum;
+};
+
+static void on_done(void *ud, int rc, const void *data, size_t len)
+{
+    struct cb_state *s = ud;
+    pthread_mutex_lock(&s->mu);
+    s->calls++;
+    if (rc == 0 && len == 8) {
+        int64_t v;
+        memcpy(&v, data, 8);
+        s->sum += v;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+TEST(callbacks_run_without_the_caller_waiting)
+{
+    fiber_pool *p = make_pool(2);
+    struct cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    for (int64_t i = 1; i <= 100; i++)
+        CHECK_OK(fiber_pool_apply_async(p, "square", &i, 8, on_done, &s,
+                                        NULL));
+    /* No pool call here: the pool's own thread must finish the work. */
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&s.mu);
+        int calls = s.calls;
+        pthread_mutex_unlock(&s.mu);
+        if (calls == 100)
+            break;
+        sleep_ms(10);
+    }
+    CHECK_EQ(s.calls, 100);
+    CHECK_EQ(s.sum, 338350);
+    fiber_pool_free(p);
+}
+
+TEST(get_with_a_timeout_that_expires)
+{
+    fiber_pool *p = make_pool(1);
+    int64_t ms = 1500;
+    fiber_future *f;
+    CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, NULL, NULL,
+                                    &f));
+    uint64_t t0 = fb_now_ms();
+    CHECK_ERR(fiber_future_get(f, NULL, 100), FIBER_ETIMEDOUT);
+    CHECK(fb_now_ms() - t0 < 1000);
+    CHECK_EQ(fiber_future_ready(f), 0);
+    CHECK_ERR(fiber_future_successful(f), FIBER_ESTATE);
+    fiber_buf b = {0};
+    CHECK_OK(fiber_future_get(f, &b, 20000)); /* again, long enough */
+    CHECK_EQ(buf_i64(&b), 1500);
+    CHECK_EQ(fiber_future_ready(f), 1);
+    fiber_buf_free(&b);
+    fiber_future_free(f);
+    fiber_pool_free(p);
+}
+
+TEST(close_then_join)
+{
+    fiber_pool *p = make_pool(2);
+    fiber_future *f[6];
+    for (int64_t i = 0; i < 6; i++) {
+        int64_t ms = 50;
+        CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, NULL,
+                                        NULL, &f[i]));
+    }
+    CHECK_OK(fiber_pool_close(p));
+    int64_t x = 1;
+    CHECK_ERR(fiber_pool_apply(p, "square", &x, 8, NULL), FIBER_ECLOSED);
+    CHECK_OK(fiber_pool_join(p, 30000));
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(fiber_future_ready(f[i]), 1);
+        CHECK_OK(fiber_future_get(f[i], NULL, 0));
+        fiber_future_free(f[i]);
+    }
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.workers_alive, 0); /* joined: the workers have exited */
+    CHECK_EQ(st.workers_lost, 0);
+    fiber_pool_free(p);
+}
+
+TEST(terminate_with_tasks_in_flight)
+{
+    fiber_pool *p = make_pool(2);
+    struct cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    fiber_future *f[8];
+    for (int64_t i = 0; i < 8; i++) {
+        int64_t ms = 10000;
+        CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, on_done,
+                                        &s, &f[i]));
+    }
+    sleep_ms(300);
+    uint64_t t0 = fb_now_ms();
+    CHECK_OK(fiber_pool_terminate(p));
+    CHECK(fb_now_ms() - t0 < 5000);
+    for (int i = 0; i < 8; i++) {
+        CHECK_ERR(fiber_future_get(f[i], NULL, 1000), FIBER_ECLOSED);
+        fiber_future_free(f[i]);
+    }
+    CHECK_EQ(s.calls, 8);
+    fiber_pool_free(p);
+}
+
+TEST(free_with_tasks_in_flight_neither_hangs_nor_leaks)
+{
+    fiber_pool *p = make_pool(2);
+    for (int64_t i = 0; i < 50; i++) {
+        int64_t ms = 5000;
+        CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, NULL,
+                                        NULL, NULL));
+    }
+    fiber_future *kept;
+    int64_t ms = 5000;
+    CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, NULL, NULL,
+                                    &kept));
+    sleep_ms(200);
+    uint64_t t0 = fb_now_ms();
+    fiber_pool_free(p);
+    CHECK(fb_now_ms() - t0 < 5000);
+    /* A future outlives its pool, failed. */
+    CHECK_ERR(fiber_future_get(kept, NULL, 0), FIBER_ECLOSED);
+    fiber_future_free(kept);
+}
+
+TEST(initializer_runs_in_every_worker)
+{
+    int64_t v = 4242;
+    fiber_pool_opts o = {.workers = 2, .initializer = "init_store",
+                         .initarg = &v, .initarg_len = 8};
+    fiber_pool *p;
+    CHECK_OK(fiber_pool_create(&p, &o));
+    for (int i = 0; i < 20; i++) {
+        fiber_buf b = {0};
+        CHECK_OK(fiber_pool_apply(p, "read_init", NULL, 0, &b));
+        CHECK_EQ(buf_i64(&b), 4242);
+        fiber_buf_free(&b);
+    }
+    fiber_pool_free(p);
+}
+
+TEST(failing_initializer_fails_the_pool_with_its_message)
+{
+    fiber_pool_opts o = {.workers = 1, .initializer = "init_fails"};
+    fiber_pool *p;
+    CHECK_OK(fiber_pool_create(&p, &o));
+    int64_t x = 2;
+    CHECK_ERR(fiber_pool_apply(p, "square", &x, 8, NULL), FIBER_ESPAWN);
+    CHECK_CONTAINS(fiber_last_error(), "no GPU here");
+    fiber_pool_free(p);
+}
+
+TEST(maxtasksperchild_replaces_workers)
+{
+    fiber_pool_opts o = {.workers = 1, .maxtasksperchild = 5};
+    fiber_pool *p;
+    CHECK_OK(fiber_pool_create(&p, &o));
+    int64_t pids[20];
+    for (int i = 0; i < 20; i++) {
+        fiber_buf b = {0};
+        CHECK_OK(fiber_pool_apply(p, "pid_of_worker", NULL, 0, &b));
+        pids[i] = buf_i64(&b);
+        fiber_buf_free(&b);
+    }
+    int distinct = 1;
+    for (int i = 1; i < 20; i++)
+        distinct += pids[i] != pids[i - 1];
+    CHECK_EQ(distinct, 4);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.workers_lost, 0);
+    fiber_pool_free(p);
+}
+
+/* ---- resizing ---------------------------------------------------------- */
+
+static int alive_workers(fiber_pool *p)
+{
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    return st.workers_alive;
+}
+
+TEST(resize_up_and_down_during_a_map)
+{
+    enum { N = 400 };
+    fiber_pool *p = make_pool(1);
+    int64_t *in = malloc(N * sizeof *in), *out = calloc(N, sizeof *out);
+    for (int i = 0; i < N; i++)
+        in[i] = 5; /* 5 ms each */
+    fiber_future *f;
+    CHECK_OK(fiber_pool_map_async(p, "sleep_then_echo", in, 8, N, out, 8, 1,
+                                  &f));
+    CHECK_OK(fiber_pool_resize(p, 4));
+    int peak = 0;
+    for (int i = 0; i < 100 && peak < 4; i++) {
+        sleep_ms(10);
+        int a = alive_workers(p);
+        peak = a > peak ? a : peak;
+    }
+    CHECK_EQ(peak, 4);
+    CHECK_OK(fiber_pool_resize(p, 1));
+    CHECK_OK(fiber_future_get(f, NULL, 60000));
+    fiber_future_free(f);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(out[i], 5);
+    for (int i = 0; i < 200 && alive_workers(p) > 1; i++)
+        sleep_ms(10);
+    CHECK_EQ(alive_workers(p), 1);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.workers_lost, 0);
+    CHECK_EQ(st.tasks_done, N);
+    CHECK_ERR(fiber_pool_resize(p, 0), FIBER_EINVAL);
+    fiber_pool_free(p);
+    free(in);
+    free(out);
+}
+
+TEST(autoscaling_grows_under_backlog_and_shrinks_when_idle)
+{
+    enum { N = 300 };
+    fiber_pool_opts o = {.workers = 1, .min_workers = 1, .max_workers = 3,
+                         .idle_ms = 300};
+    fiber_pool *p;
+    CHECK_OK(fiber_pool_create(&p, &o));
+    int64_t *in = malloc(N * sizeof *in), *out = calloc(N, sizeof *out);
+    for (int i = 0; i < N; i++)
+        in[i] = 5;
+    fiber_future *f;
+    CHECK_OK(fiber_pool_map_async(p, "sleep_then_echo", in, 8, N, out, 8, 1,
+                                  &f));
+    int peak = 0;
+    while (fiber_future_ready(f) == 0) {
+        int a = alive_workers(p);
+        peak = a > peak ? a : peak;
+        sleep_ms(20);
+    }
+    CHECK_OK(fiber_future_get(f, NULL, 0));
+    fiber_future_free(f);
+    CHECK_EQ(peak, 3);
+    /* Idle now: back to the minimum without any call driving it. */
+    int a = alive_workers(p);
+    for (int i = 0; i < 300 && a > 1; i++) {
+        sleep_ms(10);
+        a = alive_workers(p);
+    }
+    CHECK_EQ(a, 1);
+    fiber_pool_free(p);
+    free(in);
+    free(out);
+}
+
+TEST(many_apply_async_with_backpressure)
+{
+    enum { N = 200000 };
+    fiber_pool *p = make_pool(2);
+    struct cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    for (int64_t i = 0; i < N; i++)
+        CHECK_OK(fiber_pool_apply_async(p, "square", &i, 8, on_done, &s,
+                                        NULL));
+    CHECK_OK(fiber_pool_join(p, 60000));
+    CHECK_EQ(s.calls, N);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.tasks_done, N);
+    fiber_pool_free(p);
+}
+
+TH_MAIN()
