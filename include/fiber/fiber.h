@@ -197,8 +197,12 @@ FIBER_API int fiber_task_lookup(const char *name, fiber_task_fn *fn);
  * arguments from argc/argv (there are none today).
  *
  * In a child job started by a backend it never returns: the child dials the
- * master, authenticates, runs its assignment and exits.  The child exits
- * within about two seconds of losing its connection to the master.
+ * master, authenticates, runs its assignment and exits.  A watchdog thread
+ * ends the child as soon as its connection to the master closes (tens of
+ * milliseconds after a master is killed, in the tests).
+ *
+ * The master also raises its soft descriptor limit to the hard limit, since
+ * it holds a socket per job.
  *
  * Returns 0, FIBER_ECONFIG (bad configuration; the message names the key
  * and where it came from), FIBER_EINVAL (a FIBER_TASK name was invalid or
@@ -267,8 +271,8 @@ enum fiber_log_level {
 };
 
 /* Writes one line to fiber's log when level is at or below the configured
- * log_level: stderr in the master, <log_dir>/<process name>.log in a child.
- * Each line carries a timestamp, the level, the process name and pid. */
+ * log_level: stderr in the master, <log_dir>/<run id>/<process name>.log
+ * in a child (created with its first line).  Each line carries a timestamp, the level, the process name and pid. */
 FIBER_API void fiber_log(int level, const char *fmt, ...) FIBER_PRINTF(2, 3);
 
 /* ------------------------------------------------------------------------
@@ -299,9 +303,13 @@ typedef struct fiber_process fiber_process;
  *
  * The task name is checked before any job is launched: an unknown name
  * fails with FIBER_ENOTASK and starts nothing.  Other failures:
- * FIBER_ENOTINIT, FIBER_EINVAL, FIBER_ESPAWN (the backend could not start
- * the job; the message says why), FIBER_ETOOBIG (argument larger than
- * max_message_bytes).  On failure *out is left unchanged and no job runs. */
+ * FIBER_ENOTINIT, FIBER_EINVAL (bad arguments or job name),
+ * FIBER_ESPAWN (the backend could not start the job; the message says
+ * why), FIBER_ETOOBIG (argument larger than max_message_bytes),
+ * FIBER_ENOTSUP (an option the backend cannot honour, another backend than
+ * the run's, or a call from a child job), FIBER_ECLOSED (after
+ * fiber_shutdown), FIBER_ESYS (the run's socket could not be set up).  On
+ * failure *out is left unchanged and no job runs. */
 FIBER_API int fiber_process_start(fiber_process **out, const char *task,
                                   const void *arg, size_t len,
                                   const fiber_job_opts *opts);

@@ -5,6 +5,7 @@
  * workers and results back is pool_sched.c.
  */
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,7 @@ void fb_batch_free(struct fb_batch *b)
         free(b->slots);
     }
     fiber_buf_free(&b->result);
+    free(b->msg);
     free(b->arg);
     free(b->done_bits);
     free(b);
@@ -136,6 +138,25 @@ static void batch_submit(struct fiber_pool *p, struct fb_batch *b)
     p->st.tasks_submitted += b->n;
 }
 
+const char *fb_batch_msg(const struct fb_batch *b)
+{
+    return b->msg ? b->msg : "";
+}
+
+/* Sets the batch's failure message.  Messages are only allocated for
+ * failures, which keeps a queued task small. */
+static void set_msg(struct fb_batch *b, const char *fmt, ...) FIBER_PRINTF(2, 3);
+static void set_msg(struct fb_batch *b, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    free(b->msg);
+    b->msg = strdup(text);
+}
+
 /* Records the lowest-index failure of a batch. */
 static void note_failure(struct fb_batch *b, size_t index, int code,
                          const void *data, size_t len)
@@ -145,10 +166,10 @@ static void note_failure(struct fb_batch *b, size_t index, int code,
     b->err_index = index;
     b->rc = code;
     if (b->kind == B_APPLY)
-        snprintf(b->msg, sizeof b->msg, "%.*s", (int)len, (const char *)data);
+        set_msg(b, "%.*s", (int)len, (const char *)data);
     else
-        snprintf(b->msg, sizeof b->msg, "task %zu of '%s' failed: %.*s", index,
-                 b->task, (int)len, (const char *)data);
+        set_msg(b, "task %zu of '%s' failed: %.*s", index, b->task, (int)len,
+                (const char *)data);
 }
 
 static void store_imap(struct fb_batch *b, size_t index, int code,
@@ -178,8 +199,7 @@ static void store_result(struct fb_batch *b, size_t index, int code,
     case B_APPLY:
         b->rc = code;
         if (code)
-            snprintf(b->msg, sizeof b->msg, "%.*s", (int)len,
-                     (const char *)data);
+            set_msg(b, "%.*s", (int)len, (const char *)data);
         else
             fiber_buf_append(&b->result, data, len);
         break;
@@ -536,7 +556,7 @@ FIBER_API int fiber_pool_apply_async(fiber_pool *p, const char *task,
 static int take_apply(struct fb_batch *b, fiber_buf *out)
 {
     if (b->rc)
-        return fb_err(b->rc, "%s", b->msg);
+        return fb_err(b->rc, "%s", fb_batch_msg(b));
     if (out && fiber_buf_append(out, b->result.data, b->result.len) != 0)
         return FIBER_ENOMEM;
     return 0;
@@ -685,7 +705,7 @@ FIBER_API int fiber_future_get(fiber_future *f, fiber_buf *out,
     if (b->kind == B_APPLY)
         return take_apply(b, out);
     if (b->rc)
-        return fb_err(b->rc, "%s", b->msg);
+        return fb_err(b->rc, "%s", fb_batch_msg(b));
     return 0;
 }
 

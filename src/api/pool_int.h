@@ -55,7 +55,8 @@ struct fb_batch {
 
     int rc;             /* B_APPLY: the code; others: lowest failure's */
     size_t err_index;   /* index of that failure */
-    char msg[512];      /* its message */
+    char *msg;          /* its message (allocated on failure; never NULL
+                           when rc != 0) */
     uint64_t *done_bits;
 
     /* B_IMAP: a window of results; ordered reads slot (taken % window),
@@ -211,5 +212,7 @@ void fb_batch_input(const struct fb_batch *b, size_t i, const void **data,
                     size_t *len);
 int fb_batch_can_send(const struct fb_batch *b);
 void fb_batch_free(struct fb_batch *b);
+/* The failure message, "" if none. */
+const char *fb_batch_msg(const struct fb_batch *b);
 
 #endif /* FB_POOL_INT_H */

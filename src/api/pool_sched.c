@@ -867,8 +867,9 @@ void fb_pool_run_callbacks(struct fiber_pool *p)
         if (b->cb) {
             int rc = b->rc;
             pthread_mutex_unlock(&p->mu);
-            b->cb(b->ud, rc, rc ? (const void *)b->msg : b->result.data,
-                  rc ? strlen(b->msg) : b->result.len);
+            const char *msg = fb_batch_msg(b);
+            b->cb(b->ud, rc, rc ? (const void *)msg : b->result.data,
+                  rc ? strlen(msg) : b->result.len);
             pthread_mutex_lock(&p->mu);
         }
         if (!b->has_handle)

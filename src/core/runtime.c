@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -151,12 +152,27 @@ static void make_run_id(void)
              r[1], r[2], r[3]);
 }
 
+/* A master with many workers holds a socket (and a pidfd) per job: raise
+ * the soft descriptor limit as far as the hard limit allows. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        fb_log_warn("cannot raise the descriptor limit from %llu: %s",
+                    (unsigned long long)was, strerror(errno));
+}
+
 static int init_master(void)
 {
     int rc = load_config(&rt.cfg, 1);
     if (rc)
         return rc;
     fb_log_setup(rt.cfg.log_level, "master");
+    raise_fd_limit();
     randombytes_buf(rt.token, sizeof rt.token);
     rc = fb_build_id(rt.build_id, sizeof rt.build_id);
     if (rc)

@@ -153,6 +153,7 @@ TEST(working_directory_option)
     fb_backend_release_job(be, job);
     o.workdir = "/nonexistent-dir";
     CHECK_ERR(fb_backend_create_job(be, &spec, &job), FIBER_ESPAWN);
+    CHECK_CONTAINS(fiber_last_error(), "working directory /nonexistent-dir");
     fb_backend_close(be);
 }
 

@@ -141,7 +141,13 @@ static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
         rc = fb_err(FIBER_ENOMEM, "cannot prepare posix_spawn");
     } else {
         int err = posix_spawn(pid, spec->program, &fa, &attr, spec->argv, env);
-        if (err != 0) {
+        const char *wd = spec->opts ? spec->opts->workdir : NULL;
+        if (err != 0 && wd && access(wd, X_OK) != 0) {
+            /* The chdir failed in the child, not the exec. */
+            rc = fb_err_errno(FIBER_ESPAWN,
+                              "cannot start job '%s' in working directory %s",
+                              spec->name, wd);
+        } else if (err != 0) {
             errno = err;
             rc = fb_err_errno(FIBER_ESPAWN, "cannot start job '%s': exec %s",
                               spec->name, spec->program);
