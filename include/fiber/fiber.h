@@ -78,7 +78,9 @@ extern "C" {
     X(ETOOBIG, -16, "message too large")                                       \
     X(ENOTSUP, -17, "not supported")                                           \
     X(ENOTINIT, -18, "fiber_init() has not been called")                       \
-    X(EUNREACHABLE, -19, "peer or engine unreachable")
+    X(EUNREACHABLE, -19, "peer or engine unreachable")                         \
+    X(EAGAIN, -20, "would block: empty or full")                               \
+    X(ENOKEY, -21, "no such key or index")
 
 enum fiber_error {
     FIBER_OK = 0,
@@ -535,6 +537,86 @@ FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st);
  * iterators of the pool stay valid (failed with FIBER_ECLOSED if not done)
  * until freed.  NULL is a no-op. */
 FIBER_API void fiber_pool_free(fiber_pool *p);
+
+/* ------------------------------------------------------------------------
+ * Queues and pipes: byte messages between any processes of a run.
+ *
+ * A queue lives on an object server: queues the master creates live on
+ * the master's own server (a thread of the master, started with the first
+ * queue), and a manager can host them too.  A handle is local to a
+ * process; to use a queue in a child, serialise the handle into the
+ * child's argument (fiber_queue_serialize) and open it there
+ * (fiber_queue_open).  The serialised form carries the server's address
+ * and the run's token.
+ *
+ * Delivery is pull-based: each get asks the server for one message, so a
+ * slow consumer never holds messages that others could take.  A handle may
+ * be used by several threads at once.
+ *
+ * Timeouts: a negative timeout waits forever; 0 does not wait and fails
+ * with FIBER_EAGAIN when the queue is empty (get) or full (put); a
+ * positive one fails with FIBER_ETIMEDOUT when it passes.
+ * ------------------------------------------------------------------------ */
+typedef struct fiber_queue fiber_queue;
+typedef struct fiber_pipe fiber_pipe;
+
+/* Creates a queue holding at most capacity messages (0 = unbounded) on
+ * the master's object server.  Only the master creates queues. */
+FIBER_API int fiber_queue_create(fiber_queue **out, size_t capacity);
+
+/* Appends a copy of data/len, waiting up to timeout_ms while the queue is
+ * full.  Returns 0, FIBER_EAGAIN, FIBER_ETIMEDOUT, FIBER_ECLOSED (closed
+ * queue, or its server is gone). */
+FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
+                              int timeout_ms);
+
+/* Takes the oldest message, appending it to out (may be NULL to discard
+ * it), waiting up to timeout_ms while the queue is empty.  Returns 0,
+ * FIBER_EAGAIN, FIBER_ETIMEDOUT, or FIBER_ECLOSED once the queue is closed
+ * and empty (or its server is gone). */
+FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms);
+
+/* Stores the number of messages in the queue in *n. */
+FIBER_API int fiber_queue_size(fiber_queue *q, size_t *n);
+
+/* Closes the queue for every process: waiting puts and gets fail with
+ * FIBER_ECLOSED, further puts fail, and gets drain what is left. */
+FIBER_API int fiber_queue_close(fiber_queue *q);
+
+/* Appends the handle's serialised form (tens of bytes) to out. */
+FIBER_API int fiber_queue_serialize(fiber_queue *q, fiber_buf *out);
+
+/* Opens a handle from a serialised form, in any process of the run. */
+FIBER_API int fiber_queue_open(fiber_queue **out, const void *data,
+                               size_t len);
+
+/* Frees the handle (not the queue, which lives as long as its server).
+ * NULL is a no-op. */
+FIBER_API void fiber_queue_free(fiber_queue *q);
+
+/* Creates a pipe: with duplex, both ends send and receive; otherwise a
+ * sends and b receives.  Each direction holds up to 1024 messages; a send
+ * to a full pipe waits.  Only the master creates pipes; either end can be
+ * serialised and handed to a child. */
+FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex);
+
+/* Sends a message to the other end (timeouts as for queues).  On a
+ * receive-only end: FIBER_ENOTSUP. */
+FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
+                              int timeout_ms);
+
+/* Receives the next message from the other end, appending it to out.
+ * Returns as fiber_queue_get does (FIBER_ECLOSED once the other end closed
+ * and everything sent was received). */
+FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms);
+
+/* Closes this end's sending direction: the other end's recv drains what
+ * was sent, then gets FIBER_ECLOSED. */
+FIBER_API int fiber_pipe_close(fiber_pipe *p);
+
+FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);
+FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len);
+FIBER_API void fiber_pipe_free(fiber_pipe *p);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/objsrv.h"
 #include "api/pool_int.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -22,9 +23,11 @@
 #define MAX_QUEUED 65536
 #define DEFAULT_IDLE_MS 2000
 
+/* A future is either a pool batch or an object call (objclient.c). */
 struct fiber_future {
     uint32_t magic;
     struct fb_batch *b;
+    struct fb_owait *ow;
 };
 
 struct fiber_imap {
@@ -508,6 +511,7 @@ static int new_future(struct fb_batch *b, fiber_future **out)
         return fb_err(FIBER_ENOMEM, "out of memory");
     f->magic = FUTURE_MAGIC;
     f->b = b;
+    f->ow = NULL;
     b->has_handle = 1;
     *out = f;
     return 0;
@@ -687,9 +691,23 @@ static int wait_batch(struct fb_batch *b, int timeout_ms)
     return 0;
 }
 
+int fb_future_from_owait(struct fb_owait *w, fiber_future **out)
+{
+    fiber_future *f = malloc(sizeof *f);
+    if (!f)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    f->magic = FUTURE_MAGIC;
+    f->b = NULL;
+    f->ow = w;
+    *out = f;
+    return 0;
+}
+
 FIBER_API int fiber_future_wait(fiber_future *f, int timeout_ms)
 {
     int rc = check_future(f);
+    if (rc == 0 && f->ow)
+        return fb_owait_wait(f->ow, timeout_ms);
     return rc ? rc : wait_batch(f->b, timeout_ms);
 }
 
@@ -697,6 +715,10 @@ FIBER_API int fiber_future_get(fiber_future *f, fiber_buf *out,
                                int timeout_ms)
 {
     int rc = check_future(f);
+    if (rc == 0 && f->ow) {
+        rc = fb_owait_wait(f->ow, timeout_ms);
+        return rc ? rc : fb_owait_take(f->ow, out);
+    }
     if (rc == 0)
         rc = wait_batch(f->b, timeout_ms);
     if (rc)
@@ -724,6 +746,8 @@ static int batch_flag(struct fb_batch *b, int which)
 FIBER_API int fiber_future_ready(fiber_future *f)
 {
     int rc = check_future(f);
+    if (rc == 0 && f->ow)
+        return fb_owait_ready(f->ow);
     return rc ? rc : batch_flag(f->b, 0);
 }
 
@@ -732,6 +756,11 @@ FIBER_API int fiber_future_successful(fiber_future *f)
     int rc = check_future(f);
     if (rc)
         return rc;
+    if (f->ow) {
+        if (!fb_owait_ready(f->ow))
+            return fb_err(FIBER_ESTATE, "the future is not ready");
+        return fb_owait_take(f->ow, NULL) == 0;
+    }
     if (!batch_flag(f->b, 0))
         return fb_err(FIBER_ESTATE, "the future is not ready");
     return batch_flag(f->b, 1);
@@ -742,8 +771,13 @@ FIBER_API void fiber_future_free(fiber_future *f)
     if (!f || check_future(f))
         return;
     struct fb_batch *b = f->b;
+    struct fb_owait *ow = f->ow;
     f->magic = 0;
     free(f);
+    if (ow) {
+        fb_owait_free(ow);
+        return;
+    }
     if (b->kind == B_MAP || b->kind == B_BUFS)
         wait_batch(b, -1); /* its tasks write into the caller's memory */
     struct fiber_pool *p = b->pool;

@@ -152,7 +152,8 @@ static void open_pending(void)
 {
     pthread_mutex_lock(&open_mu);
     if (pending_open) {
-        pending_open = 0;
+        /* pending_open drops only once the file is in place, so a thread
+         * that saw it set waits here and then writes to the file. */
         int fd = open(pending_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                       0600);
         if (fd < 0 || install_fd(fd) != 0) {
@@ -163,6 +164,7 @@ static void open_pending(void)
                 /* nowhere left to say it */
             }
         }
+        pending_open = 0;
     }
     pthread_mutex_unlock(&open_mu);
 }

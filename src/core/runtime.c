@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/task.h"
+#include "api/objsrv.h"
 
 extern char **environ;
 
@@ -307,6 +308,7 @@ FIBER_API void fiber_shutdown(void)
     fb_rt_unlock();
     if (!active)
         return;
+    fb_master_objsrv_stop();
     fb_service_stop();
     fb_rt_lock();
     if (rt.backend) {

@@ -496,6 +496,63 @@ void fb_wire_result_next(const uint8_t **cursor, int32_t *rc,
     *cursor += 8 + (size_t)*len;
 }
 
+/* Reads "u32 count | count x (u32 len | bytes)" to the end of r. */
+static int rd_list(struct reader *r, uint32_t *count, const uint8_t **items)
+{
+    uint32_t n;
+    int rc = rd_u32(r, "count", &n);
+    if (rc)
+        return rc;
+    if (n > FB_WIRE_LIST_MAX)
+        return rd_fail(r, "count", "%" PRIu32 " exceeds %u", n,
+                       FB_WIRE_LIST_MAX);
+    *items = r->pos;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        uint32_t len;
+        const uint8_t *bytes;
+        rc = rd_u32(r, "item len", &len);
+        if (rc == 0)
+            rc = rd_take(r, "item bytes", len, &bytes);
+    }
+    if (rc == 0)
+        rc = rd_end(r, "the last item");
+    if (rc == 0)
+        *count = n;
+    return rc;
+}
+
+int fb_wire_get_ocall(const uint8_t *p, size_t len, struct fb_msg_ocall *m,
+                      char *err, size_t errlen)
+{
+    struct reader r = {p, len, "OCALL", err, errlen};
+    struct fb_msg_ocall call;
+    uint32_t timeout;
+    int rc = rd_u32(&r, "object", &call.obj);
+    if (rc == 0)
+        rc = rd_u32(&r, "timeout_ms", &timeout);
+    if (rc == 0)
+        rc = rd_list(&r, &call.count, &call.items);
+    if (rc)
+        return rc;
+    call.timeout_ms = to_int32(timeout);
+    *m = call;
+    return 0;
+}
+
+int fb_wire_get_oreply(const uint8_t *p, size_t len, int32_t status,
+                       struct fb_msg_oreply *m, char *err, size_t errlen)
+{
+    struct reader r = {p, len, "OREPLY", err, errlen};
+    struct fb_msg_oreply reply;
+    int rc = rd_list(&r, &reply.count, &reply.items);
+    if (rc == 0 && status != 0 && reply.count != 1)
+        rc = rd_fail(&r, "count", "%" PRIu32 " items with status %" PRId32
+                     ", want 1 (the failure text)", reply.count, status);
+    if (rc == 0)
+        *m = reply;
+    return rc;
+}
+
 int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,
                       char *err, size_t errlen)
 {
@@ -521,6 +578,8 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
         struct fb_msg_task task;
         struct fb_msg_result result;
         uint32_t offset;
+        struct fb_msg_ocall ocall;
+        struct fb_msg_oreply oreply;
     } m;
     switch (h->type) {
     case FB_MSG_HELLO:
@@ -540,6 +599,10 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
         return fb_wire_get_result(p, h->len, h->code, &m.result, err, errlen);
     case FB_MSG_FAULT:
         return fb_wire_get_fault(p, h->len, &m.offset, err, errlen);
+    case FB_MSG_OCALL:
+        return fb_wire_get_ocall(p, h->len, &m.ocall, err, errlen);
+    case FB_MSG_OREPLY:
+        return fb_wire_get_oreply(p, h->len, h->code, &m.oreply, err, errlen);
     case FB_MSG_PING:
     case FB_MSG_PONG:
     case FB_MSG_READY:
@@ -839,4 +902,66 @@ void fb_wire_fault_encode(uint8_t out[FB_WIRE_FAULT_LEN], uint64_t chunk_id,
                             .id = chunk_id, .len = 4};
     fb_wire_hdr_encode(out, &h);
     put_le32(out + FB_WIRE_HDR_LEN, offset);
+}
+
+/* Appends a frame whose payload is `head` then the item list. */
+static int put_list_frame(fiber_buf *out, unsigned type, uint64_t id,
+                          int32_t code, const uint8_t *head, size_t head_len,
+                          const fiber_iov *items, size_t count)
+{
+    if (count > FB_WIRE_LIST_MAX || (count && !items))
+        return fb_err(FIBER_EINVAL, "%s: bad item list (%zu items)",
+                      fb_msg_type_name(type), count);
+    size_t total = head_len + 4;
+    for (size_t i = 0; i < count; i++) {
+        if (items[i].len && !items[i].data)
+            return fb_err(FIBER_EINVAL, "%s item %zu: NULL with a length",
+                          fb_msg_type_name(type), i);
+        if (items[i].len > FB_WIRE_PAYLOAD_HARD_MAX ||
+            total > FB_WIRE_PAYLOAD_HARD_MAX - 4 - items[i].len)
+            return fb_err(FIBER_EINVAL, "%s: payload too long",
+                          fb_msg_type_name(type));
+        total += 4 + items[i].len;
+    }
+    size_t mark, start = out->len;
+    int rc = fiber_buf_reserve(out, FB_WIRE_HDR_LEN + total);
+    if (rc == 0)
+        rc = begin_frame(out, type, id, &mark);
+    if (rc) {
+        out->len = start;
+        return rc;
+    }
+    if (head_len)
+        memcpy(out->data + out->len, head, head_len);
+    out->len += head_len;
+    put_le32(out->data + out->len, (uint32_t)count);
+    out->len += 4;
+    for (size_t i = 0; i < count; i++) {
+        put_le32(out->data + out->len, (uint32_t)items[i].len);
+        if (items[i].len)
+            memcpy(out->data + out->len + 4, items[i].data, items[i].len);
+        out->len += 4 + items[i].len;
+    }
+    end_frame(out, mark, (uint32_t)code);
+    return 0;
+}
+
+int fb_wire_put_ocall(fiber_buf *out, uint64_t id, int32_t op, uint32_t obj,
+                      int32_t timeout_ms, const fiber_iov *items,
+                      size_t count)
+{
+    uint8_t head[8];
+    put_le32(head, obj);
+    put_le32(head + 4, (uint32_t)timeout_ms);
+    return put_list_frame(out, FB_MSG_OCALL, id, op, head, sizeof head, items,
+                          count);
+}
+
+int fb_wire_put_oreply(fiber_buf *out, uint64_t id, int32_t status,
+                       const fiber_iov *items, size_t count)
+{
+    if (status != 0 && count != 1)
+        return fb_err(FIBER_EINVAL, "OREPLY: a failure carries one text");
+    return put_list_frame(out, FB_MSG_OREPLY, id, status, NULL, 0, items,
+                          count);
 }

@@ -59,6 +59,16 @@
  *            number (or 0 for exit); payload u32 offset: the item that was
  *            running.  The results before it were sent first.
  *
+ *  Shared objects (queues, pipes, manager objects), on an object server's
+ *  own socket; the client first sends HELLO (job id 0) and gets WELCOME:
+ *   OCALL    client->server: header id = request id, code = operation.
+ *            u32 object | i32 timeout_ms (-1 = forever) | u32 count |
+ *            count x (u32 len | bytes[len])   (count <= FB_WIRE_LIST_MAX)
+ *   OREPLY   server->client: header id = the request's id, code = status
+ *            (0 or a FIBER_E* code).  u32 count | count x (u32 len |
+ *            bytes); when status != 0, one item: the failure text.
+ *            Replies may come in any order.
+ *
  * TEXT payloads (REJECT, EXIT) are the whole payload: their length is the
  * header's len, with no prefix of their own.
  */
@@ -78,6 +88,7 @@
 #define FB_WIRE_NAME_MAX 63u
 #define FB_WIRE_TEXT_MAX 1023u
 #define FB_WIRE_CHUNK_MAX 65536u
+#define FB_WIRE_LIST_MAX 65536u
 /* The largest payload any receiver accepts, whatever its configuration. */
 #define FB_WIRE_PAYLOAD_HARD_MAX (1u << 30)
 
@@ -97,7 +108,9 @@
     X(RESULT, 11)                                                              \
     X(STOP, 12)                                                                \
     X(HEARTBEAT, 13)                                                           \
-    X(FAULT, 14)
+    X(FAULT, 14)                                                               \
+    X(OCALL, 15)                                                               \
+    X(OREPLY, 16)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -251,6 +264,30 @@ void fb_wire_task_next(const uint8_t **cursor, const void **arg,
                        uint32_t *len);
 void fb_wire_result_next(const uint8_t **cursor, int32_t *rc,
                          const void **data, uint32_t *len);
+
+/* A decoded OCALL / OREPLY: items walked with fb_wire_task_next (the same
+ * u32 len | bytes layout). */
+struct fb_msg_ocall {
+    uint32_t obj;
+    int32_t timeout_ms;
+    uint32_t count;
+    const uint8_t *items;
+};
+
+struct fb_msg_oreply {
+    uint32_t count;
+    const uint8_t *items;
+};
+
+int fb_wire_get_ocall(const uint8_t *p, size_t len, struct fb_msg_ocall *m,
+                      char *err, size_t errlen);
+int fb_wire_get_oreply(const uint8_t *p, size_t len, int32_t status,
+                       struct fb_msg_oreply *m, char *err, size_t errlen);
+int fb_wire_put_ocall(fiber_buf *out, uint64_t id, int32_t op, uint32_t obj,
+                      int32_t timeout_ms, const fiber_iov *items,
+                      size_t count);
+int fb_wire_put_oreply(fiber_buf *out, uint64_t id, int32_t status,
+                       const fiber_iov *items, size_t count);
 
 /* FAULT: exactly a u32 offset. */
 int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,

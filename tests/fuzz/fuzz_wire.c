@@ -248,6 +248,53 @@ static void round_trip_fault(const struct fb_wire_hdr *h, const uint8_t *p,
     require(a == z, "FAULT offset differs after a round trip");
 }
 
+/* Collects the items of a decoded list into iovs (allocated). */
+static fiber_iov *list_items(const uint8_t *cur, uint32_t count)
+{
+    fiber_iov *v = calloc(count ? count : 1, sizeof *v);
+    require(v != NULL, "out of memory");
+    for (uint32_t i = 0; i < count; i++) {
+        const void *data;
+        uint32_t len;
+        fb_wire_task_next(&cur, &data, &len);
+        v[i] = (fiber_iov){data, len};
+    }
+    return v;
+}
+
+static void round_trip_ocall(const struct fb_wire_hdr *h, const uint8_t *p,
+                             fiber_buf *b)
+{
+    struct fb_msg_ocall a, z;
+    require(fb_wire_get_ocall(p, h->len, &a, NULL, 0) == 0, "OCALL decode");
+    fiber_iov *v = list_items(a.items, a.count);
+    require(fb_wire_put_ocall(b, h->id, h->code, a.obj, a.timeout_ms, v,
+                              a.count) == 0,
+            "OCALL encode");
+    free(v);
+    const uint8_t *q = reparse(b, h, p, h->code, h->id);
+    require(fb_wire_get_ocall(q, h->len, &z, NULL, 0) == 0, "OCALL redecode");
+    require(a.obj == z.obj && a.timeout_ms == z.timeout_ms &&
+                a.count == z.count,
+            "OCALL fields differ after a round trip");
+}
+
+static void round_trip_oreply(const struct fb_wire_hdr *h, const uint8_t *p,
+                              fiber_buf *b)
+{
+    struct fb_msg_oreply a, z;
+    require(fb_wire_get_oreply(p, h->len, h->code, &a, NULL, 0) == 0,
+            "OREPLY decode");
+    fiber_iov *v = list_items(a.items, a.count);
+    require(fb_wire_put_oreply(b, h->id, h->code, v, a.count) == 0,
+            "OREPLY encode");
+    free(v);
+    const uint8_t *q = reparse(b, h, p, h->code, h->id);
+    require(fb_wire_get_oreply(q, h->len, h->code, &z, NULL, 0) == 0,
+            "OREPLY redecode");
+    require(a.count == z.count, "OREPLY count differs after a round trip");
+}
+
 static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
 {
     fiber_buf b = {0};
@@ -283,6 +330,12 @@ static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
         break;
     case FB_MSG_FAULT:
         round_trip_fault(h, p, &b);
+        break;
+    case FB_MSG_OCALL:
+        round_trip_ocall(h, p, &b);
+        break;
+    case FB_MSG_OREPLY:
+        round_trip_oreply(h, p, &b);
         break;
     default:
         require(0, "a frame of unknown type decoded");

@@ -1,0 +1,534 @@
+/*
+ * objclient.c -- the client side of object servers: one connection per
+ * server per process, shared by every handle and thread; calls matched to
+ * replies by id; futures for asynchronous calls; serialised handles; and
+ * the master's own object server.
+ *
+ * Threads: a connection's lock guards its buffers and waiters.  The thread
+ * that waits for a reply reads the socket itself (no helper thread) and
+ * hands other threads' replies to them through the condition variable.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/objsrv.h"
+#include "core/common.h"
+#include "core/log.h"
+#include "core/runtime.h"
+
+#define DIAL_TIMEOUT_MS 10000
+
+struct fb_owait {
+    uint64_t id;
+    int done;
+    int abandoned; /* its future was freed before the reply came */
+    struct fb_oresult res;
+    char text[FB_WIRE_TEXT_MAX + 1]; /* failure text */
+    struct fb_oclient *c;
+    struct fb_owait *next;
+};
+
+struct fb_oclient {
+    char addr[600];
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+    int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    struct fb_conn conn;
+    int dead;
+    char dead_why[256];
+    int reading;
+    uint64_t seq;
+    struct fb_owait *waits;
+    struct fb_oclient *next;
+};
+
+static pthread_mutex_t clients_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fb_oclient *clients;
+
+/* ---- results -------------------------------------------------------------- */
+
+int fb_oresult_item(const struct fb_oresult *r, uint32_t i, const void **data,
+                    size_t *len)
+{
+    if (i >= r->count)
+        return -1;
+    const uint8_t *cur = r->raw.data;
+    const void *d = NULL;
+    uint32_t n = 0;
+    for (uint32_t k = 0; k <= i; k++)
+        fb_wire_task_next(&cur, &d, &n);
+    *data = d;
+    *len = n;
+    return 0;
+}
+
+void fb_oresult_free(struct fb_oresult *r)
+{
+    if (r)
+        fiber_buf_free(&r->raw);
+}
+
+/* ---- connecting ----------------------------------------------------------- */
+
+static int handshake(struct fb_oclient *c)
+{
+    uint64_t deadline = fb_deadline_ms(DIAL_TIMEOUT_MS);
+    int fd;
+    int rc = fb_sock_dial(c->addr, deadline, &fd);
+    if (rc)
+        return rc;
+    fb_conn_init(&c->conn, fd, 1u << 30);
+    const char *bid = fb_rt_build_id();
+    char name[] = "client";
+    struct fb_msg_hello h = {.build_id = bid,
+                             .build_id_len = (uint8_t)strlen(bid),
+                             .pid = (uint32_t)getpid(),
+                             .name = name,
+                             .name_len = (uint8_t)strlen(name)};
+    memcpy(h.token, c->token, sizeof h.token);
+    struct fb_wire_hdr hdr;
+    const uint8_t *p;
+    rc = fb_wire_put_hello(&c->conn.out, &h);
+    if (rc == 0)
+        rc = fb_conn_flush_wait(&c->conn, deadline);
+    if (rc == 0)
+        rc = fb_conn_recv_wait(&c->conn, &hdr, &p, deadline) == 1 ? 0
+                                                                   : FIBER_ECLOSED;
+    if (rc == 0 && hdr.type != FB_MSG_WELCOME) {
+        struct fb_msg_text t = {"", 0};
+        if (hdr.type == FB_MSG_REJECT)
+            fb_wire_get_text(p, hdr.len, &t, NULL, 0);
+        rc = fb_err(FIBER_EAUTH, "object server %s refused us: %.*s", c->addr,
+                    (int)t.len, t.text);
+    } else if (rc) {
+        rc = fb_err(rc, "cannot reach object server %s: %s", c->addr,
+                    c->conn.err[0] ? c->conn.err : fiber_last_error());
+    }
+    if (rc)
+        fb_conn_close(&c->conn);
+    return rc;
+}
+
+int fb_oclient_get(const char *addr, const uint8_t token[FB_WIRE_TOKEN_LEN],
+                   struct fb_oclient **out)
+{
+    pthread_mutex_lock(&clients_mu);
+    for (struct fb_oclient *c = clients; c; c = c->next) {
+        if (!c->dead && strcmp(c->addr, addr) == 0 &&
+            memcmp(c->token, token, FB_WIRE_TOKEN_LEN) == 0) {
+            c->refs++;
+            *out = c;
+            pthread_mutex_unlock(&clients_mu);
+            return 0;
+        }
+    }
+    struct fb_oclient *c = calloc(1, sizeof *c);
+    int rc = c ? 0 : fb_err(FIBER_ENOMEM, "out of memory");
+    if (rc == 0) {
+        fb_strlcpy(c->addr, addr, sizeof c->addr);
+        memcpy(c->token, token, FB_WIRE_TOKEN_LEN);
+        c->conn.fd = -1;
+        rc = handshake(c);
+    }
+    if (rc) {
+        free(c);
+        pthread_mutex_unlock(&clients_mu);
+        return rc;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    c->refs = 1;
+    c->next = clients;
+    clients = c;
+    *out = c;
+    pthread_mutex_unlock(&clients_mu);
+    return 0;
+}
+
+static void free_waits(struct fb_oclient *c)
+{
+    while (c->waits) {
+        struct fb_owait *w = c->waits;
+        c->waits = w->next;
+        fb_oresult_free(&w->res);
+        free(w);
+    }
+}
+
+void fb_oclient_release(struct fb_oclient *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&clients_mu);
+    if (--c->refs > 0) {
+        pthread_mutex_unlock(&clients_mu);
+        return;
+    }
+    struct fb_oclient **pp = &clients;
+    while (*pp && *pp != c)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = c->next;
+    pthread_mutex_unlock(&clients_mu);
+    fb_conn_close(&c->conn);
+    free_waits(c);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}
+
+/* ---- replies -------------------------------------------------------------- */
+
+static void unlink_wait(struct fb_oclient *c, struct fb_owait *w)
+{
+    struct fb_owait **pp = &c->waits;
+    while (*pp && *pp != w)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = w->next;
+}
+
+/* The server (or its connection) is gone: every waiter fails. */
+static void mark_dead(struct fb_oclient *c, const char *why)
+{
+    c->dead = 1;
+    snprintf(c->dead_why, sizeof c->dead_why, "%s", why);
+    for (struct fb_owait *w = c->waits; w; w = w->next) {
+        if (w->done)
+            continue;
+        w->done = 1;
+        w->res.status = FIBER_ECLOSED;
+        snprintf(w->text, sizeof w->text,
+                 "the object server at %s is gone: %s", c->addr, why);
+    }
+}
+
+static void deliver(struct fb_oclient *c, const struct fb_wire_hdr *h,
+                    const uint8_t *p)
+{
+    struct fb_owait *w = c->waits;
+    while (w && w->id != h->id)
+        w = w->next;
+    if (!w)
+        return; /* nobody asked: drop it */
+    struct fb_msg_oreply m;
+    fb_wire_get_oreply(p, h->len, h->code, &m, NULL, 0);
+    w->res.status = h->code;
+    w->res.count = m.count;
+    w->res.raw.len = 0;
+    fiber_buf_append(&w->res.raw, m.items, h->len - 4);
+    if (h->code != 0) {
+        const void *text = "";
+        size_t len = 0;
+        fb_oresult_item(&w->res, 0, &text, &len);
+        snprintf(w->text, sizeof w->text, "%.*s", (int)len,
+                 (const char *)text);
+    }
+    w->done = 1;
+    if (w->abandoned) {
+        unlink_wait(c, w);
+        fb_oresult_free(&w->res);
+        free(w);
+    }
+}
+
+/* Reads what has arrived and delivers it; mu held. */
+static void pump(struct fb_oclient *c)
+{
+    int rc = fb_conn_read(&c->conn);
+    struct fb_wire_hdr h;
+    const uint8_t *p;
+    int got;
+    while ((got = fb_conn_next(&c->conn, &h, &p)) == 1) {
+        if (h.type != FB_MSG_OREPLY) {
+            mark_dead(c, "the server sent something other than OREPLY");
+            return;
+        }
+        deliver(c, &h, p);
+    }
+    if (got < 0 || rc != 0)
+        mark_dead(c, c->conn.err);
+}
+
+/* Waits until w is done or the deadline passes; mu held.  Whoever waits
+ * reads: one reader at a time, the others sleep on the condition. */
+static int wait_done(struct fb_oclient *c, struct fb_owait *w,
+                     uint64_t deadline_ms)
+{
+    while (!w->done) {
+        if (c->dead)
+            return FIBER_ECLOSED;
+        if (!c->reading) {
+            c->reading = 1;
+            int fd = c->conn.fd;
+            pthread_mutex_unlock(&c->mu);
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            int n = poll(&pf, 1, fb_ms_left(deadline_ms));
+            pthread_mutex_lock(&c->mu);
+            if (n > 0)
+                pump(c);
+            c->reading = 0;
+            pthread_cond_broadcast(&c->cond);
+        } else if (deadline_ms == UINT64_MAX) {
+            pthread_cond_wait(&c->cond, &c->mu);
+        } else {
+            struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
+                                  .tv_nsec =
+                                      (long)(deadline_ms % 1000) * 1000000L};
+            pthread_cond_timedwait(&c->cond, &c->mu, &ts);
+        }
+        if (!w->done && fb_ms_left(deadline_ms) == 0)
+            return FIBER_ETIMEDOUT;
+    }
+    return 0;
+}
+
+/* Sends a call and registers w for its reply; mu held. */
+static int send_call(struct fb_oclient *c, struct fb_owait *w, uint32_t obj,
+                     int32_t op, int timeout_ms, const fiber_iov *items,
+                     size_t count)
+{
+    if (c->dead)
+        return fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                      c->addr, c->dead_why);
+    w->id = ++c->seq;
+    w->c = c;
+    int rc = fb_wire_put_ocall(&c->conn.out, w->id, op, obj,
+                               timeout_ms < 0 ? -1 : timeout_ms, items, count);
+    if (rc)
+        return rc;
+    rc = fb_conn_flush_wait(&c->conn, UINT64_MAX);
+    if (rc) {
+        mark_dead(c, c->conn.err);
+        return fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                      c->addr, c->dead_why);
+    }
+    w->next = c->waits;
+    c->waits = w;
+    return 0;
+}
+
+int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
+             const fiber_iov *items, size_t count, struct fb_oresult *res)
+{
+    struct fb_owait w = {0};
+    pthread_mutex_lock(&c->mu);
+    int rc = send_call(c, &w, obj, op, timeout_ms, items, count);
+    if (rc == 0) {
+        wait_done(c, &w, UINT64_MAX); /* the server keeps the time */
+        unlink_wait(c, &w);
+        rc = w.res.status;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc && w.text[0])
+        fb_err(rc, "%s", w.text);
+    if (res)
+        *res = w.res;
+    else
+        fb_oresult_free(&w.res);
+    return rc;
+}
+
+int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
+                   int timeout_ms, const fiber_iov *items, size_t count,
+                   fiber_future **f)
+{
+    struct fb_owait *w = calloc(1, sizeof *w);
+    if (!w)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    pthread_mutex_lock(&clients_mu);
+    c->refs++; /* the future keeps the connection */
+    pthread_mutex_unlock(&clients_mu);
+    pthread_mutex_lock(&c->mu);
+    int rc = send_call(c, w, obj, op, timeout_ms, items, count);
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        rc = fb_future_from_owait(w, f);
+    if (rc) {
+        pthread_mutex_lock(&c->mu);
+        unlink_wait(c, w);
+        pthread_mutex_unlock(&c->mu);
+        free(w);
+        fb_oclient_release(c);
+    }
+    return rc;
+}
+
+int fb_oopen(struct fb_oclient *c, const char *kind, const char *name,
+             const fiber_iov *params, size_t n, uint32_t *id)
+{
+    fiber_iov items[18];
+    if (n > 16)
+        return fb_err(FIBER_EINVAL, "too many parameters");
+    items[0] = (fiber_iov){kind, strlen(kind)};
+    items[1] = (fiber_iov){name, strlen(name)};
+    for (size_t i = 0; i < n; i++)
+        items[2 + i] = params[i];
+    struct fb_oresult r = {0};
+    int rc = fb_ocall(c, 0, FB_OP_OPEN, -1, items, n + 2, &r);
+    const void *d = NULL;
+    size_t len = 0;
+    if (rc == 0 && (fb_oresult_item(&r, 0, &d, &len) != 0 || len != 4))
+        rc = fb_err(FIBER_EPROTO, "OPEN answered without an object id");
+    if (rc == 0)
+        memcpy(id, d, 4);
+    fb_oresult_free(&r);
+    return rc;
+}
+
+/* ---- waiters behind futures ----------------------------------------------- */
+
+int fb_owait_wait(struct fb_owait *w, int timeout_ms)
+{
+    struct fb_oclient *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    int rc = wait_done(c, w, fb_deadline_ms(timeout_ms));
+    if (rc == FIBER_ECLOSED && !w->done) {
+        w->done = 1;
+        w->res.status = FIBER_ECLOSED;
+        snprintf(w->text, sizeof w->text, "the object server is gone: %s",
+                 c->dead_why);
+    }
+    int done = w->done;
+    pthread_mutex_unlock(&c->mu);
+    if (!done)
+        return fb_err(FIBER_ETIMEDOUT, "no reply after %d ms", timeout_ms);
+    return 0;
+}
+
+int fb_owait_ready(struct fb_owait *w)
+{
+    struct fb_oclient *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    if (!w->done && !c->reading && !c->dead) {
+        struct pollfd pf = {.fd = c->conn.fd, .events = POLLIN};
+        if (poll(&pf, 1, 0) > 0)
+            pump(c);
+    }
+    int done = w->done || c->dead;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}
+
+int fb_owait_take(struct fb_owait *w, fiber_buf *out)
+{
+    if (w->res.status != 0)
+        return fb_err(w->res.status, "%s", w->text);
+    const void *d;
+    size_t len;
+    if (out && fb_oresult_item(&w->res, 0, &d, &len) == 0)
+        return fiber_buf_append(out, d, len);
+    return 0;
+}
+
+void fb_owait_free(struct fb_owait *w)
+{
+    struct fb_oclient *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    if (w->done || c->dead) {
+        unlink_wait(c, w);
+        fb_oresult_free(&w->res);
+        free(w);
+    } else {
+        w->abandoned = 1; /* freed when its reply comes */
+    }
+    pthread_mutex_unlock(&c->mu);
+    fb_oclient_release(c);
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+int fb_handle_encode(fiber_buf *out, int kind, const char *addr,
+                     const uint8_t *token, uint32_t obj, uint32_t extra)
+{
+    size_t n = strlen(addr);
+    if (n > 255)
+        return fb_err(FIBER_EINVAL, "address too long to serialise");
+    uint8_t head[6] = {'F', 'B', 'H', '1', (uint8_t)kind, (uint8_t)n};
+    uint8_t ids[8];
+    memcpy(ids, &obj, 4);
+    memcpy(ids + 4, &extra, 4);
+    int rc = fiber_buf_reserve(out, sizeof head + n + FB_WIRE_TOKEN_LEN + 8);
+    if (rc == 0) {
+        fiber_buf_append(out, head, sizeof head);
+        fiber_buf_append(out, addr, n);
+        fiber_buf_append(out, token, FB_WIRE_TOKEN_LEN);
+        fiber_buf_append(out, ids, sizeof ids);
+    }
+    return rc;
+}
+
+int fb_handle_decode(const void *data, size_t len, int want_kind, char *addr,
+                     size_t addr_size, uint8_t *token, uint32_t *obj,
+                     uint32_t *extra)
+{
+    const uint8_t *p = data;
+    if (!p || len < 6 || memcmp(p, "FBH1", 4) != 0)
+        return fb_err(FIBER_EINVAL, "not a serialised fiber handle");
+    if (p[4] != want_kind)
+        return fb_err(FIBER_EINVAL, "serialised handle is of another kind "
+                                    "(%u, want %d)",
+                      p[4], want_kind);
+    size_t n = p[5];
+    if (len != 6 + n + FB_WIRE_TOKEN_LEN + 8 || n + 1 > addr_size || n == 0)
+        return fb_err(FIBER_EINVAL, "serialised handle has a bad length");
+    memcpy(addr, p + 6, n);
+    addr[n] = '\0';
+    memcpy(token, p + 6 + n, FB_WIRE_TOKEN_LEN);
+    memcpy(obj, p + 6 + n + FB_WIRE_TOKEN_LEN, 4);
+    memcpy(extra, p + 10 + n + FB_WIRE_TOKEN_LEN, 4);
+    return 0;
+}
+
+/* ---- the master's object server -------------------------------------- */
+
+static pthread_mutex_t master_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fb_objsrv *master_srv;
+
+int fb_master_objsrv(struct fb_objsrv **out)
+{
+    if (!fb_rt_is_master())
+        return fb_err(FIBER_ENOTSUP,
+                      "queues, pipes and rings are created by the master; "
+                      "pass a serialised handle to a child instead");
+    pthread_mutex_lock(&master_mu);
+    int rc = 0;
+    if (!master_srv) {
+        const char *run_addr = fb_rt_address(); /* makes the run directory */
+        char addr[700];
+        if (!run_addr[0])
+            rc = fb_err(FIBER_ESYS, "cannot set up the run's directory");
+        else if (fb_rt_config()->transport == FB_TRANSPORT_TCP)
+            snprintf(addr, sizeof addr, "tcp:%s:0",
+                     fb_rt_config()->listen_host);
+        else
+            snprintf(addr, sizeof addr, "unix:%s/objects.sock",
+                     fb_rt()->run_dir);
+        if (rc == 0)
+            rc = fb_objsrv_start(&master_srv, addr, fb_rt_token(),
+                                 fb_rt_build_id(), 1);
+    }
+    *out = master_srv;
+    pthread_mutex_unlock(&master_mu);
+    return rc;
+}
+
+void fb_master_objsrv_stop(void)
+{
+    pthread_mutex_lock(&master_mu);
+    struct fb_objsrv *s = master_srv;
+    master_srv = NULL;
+    pthread_mutex_unlock(&master_mu);
+    fb_objsrv_stop(s);
+}

@@ -1,0 +1,582 @@
+/*
+ * objsrv.c -- the object server: listening, admitting clients, serving
+ * OCALL requests, parking the ones that must wait, deadlines, and
+ * cleaning up after clients that go.  See objsrv.h.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "api/objsrv.h"
+#include "core/common.h"
+#include "core/log.h"
+#include "core/runtime.h"
+
+#define HELLO_MAX_PAYLOAD 1024u
+#define MAX_CONNS 4096
+
+extern const struct fb_obj_kind *const fb_obj_kinds[];
+
+struct fb_oconn {
+    struct fb_conn conn;
+    int authed;
+    int want_out;
+    uint64_t hello_deadline_ms;
+    struct fb_oconn *prev, *next;
+};
+
+struct fb_objsrv {
+    int listen_fd, epfd, stop_efd;
+    char address[600];
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+    char build_id[FB_WIRE_BUILD_ID_MAX + 1];
+    uint32_t max_payload;
+    pthread_t thread;
+    int has_thread;
+    struct fb_oconn *conns;
+    int n_conns;
+    struct fb_obj *objs;
+    uint32_t next_id;
+    struct fb_oreq *parked;
+    uint64_t dropped;
+    int stopping;
+};
+
+#define EV_LISTEN ((void *)1)
+#define EV_STOP ((void *)2)
+#define EV_CTRL ((void *)3)
+
+/* ---- connections -------------------------------------------------------- */
+
+static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why);
+
+static void conn_add(struct fb_objsrv *s, int fd)
+{
+    if (s->n_conns >= MAX_CONNS) {
+        close(fd);
+        s->dropped++;
+        return;
+    }
+    struct fb_oconn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    fb_conn_init(&c->conn, fd, HELLO_MAX_PAYLOAD);
+    c->hello_deadline_ms =
+        fb_now_ms() + (uint64_t)fb_rt_config()->connect_timeout_ms;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        fb_conn_close(&c->conn);
+        free(c);
+        return;
+    }
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+}
+
+static void send_now(struct fb_objsrv *s, struct fb_oconn *c)
+{
+    int rc = fb_conn_flush(&c->conn);
+    if (rc < 0) {
+        conn_drop(s, c, c->conn.err);
+        return;
+    }
+    if ((rc == 1) != c->want_out) {
+        c->want_out = rc == 1;
+        struct epoll_event ev = {
+            .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c};
+        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->conn.fd, &ev);
+    }
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void parked_unlink(struct fb_oreq *r)
+{
+    struct fb_objsrv *s = r->srv;
+    if (r->pprev)
+        r->pprev->pnext = r->pnext;
+    else if (s->parked == r)
+        s->parked = r->pnext;
+    if (r->pnext)
+        r->pnext->pprev = r->pprev;
+    r->pprev = r->pnext = NULL;
+}
+
+static void waitq_unlink(struct fb_oreq *r)
+{
+    struct fb_waitq *q = r->wq;
+    if (!q)
+        return;
+    if (r->wprev)
+        r->wprev->wnext = r->wnext;
+    else
+        q->head = r->wnext;
+    if (r->wnext)
+        r->wnext->wprev = r->wprev;
+    else
+        q->tail = r->wprev;
+    q->len--;
+    r->wq = NULL;
+    r->wprev = r->wnext = NULL;
+}
+
+static void req_free(struct fb_oreq *r)
+{
+    waitq_unlink(r);
+    parked_unlink(r);
+    free(r->items);
+    free(r->raw);
+    free(r);
+}
+
+void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q)
+{
+    req->wq = q;
+    req->wprev = q->tail;
+    req->wnext = NULL;
+    if (q->tail)
+        q->tail->wnext = req;
+    else
+        q->head = req;
+    q->tail = req;
+    q->len++;
+    struct fb_objsrv *s = req->srv;
+    req->pnext = s->parked;
+    req->pprev = NULL;
+    if (s->parked)
+        s->parked->pprev = req;
+    s->parked = req;
+}
+
+struct fb_oreq *fb_waitq_pop(struct fb_waitq *q)
+{
+    struct fb_oreq *r = q->head;
+    if (r) {
+        waitq_unlink(r);
+        parked_unlink(r);
+    }
+    return r;
+}
+
+void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
+                   size_t count)
+{
+    struct fb_oconn *c = req->conn;
+    if (c && fb_wire_put_oreply(&c->conn.out, req->id, status, items,
+                                count) == 0)
+        send_now(req->srv, c);
+    req_free(req);
+}
+
+void fb_oreq_fail(struct fb_oreq *req, int status, const char *fmt, ...)
+{
+    char text[FB_WIRE_TEXT_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fiber_iov item = {text, strlen(text)};
+    fb_oreq_reply(req, status, &item, 1);
+}
+
+int fb_item_u32(const struct fb_oreq *req, uint32_t i, uint32_t *v)
+{
+    if (i >= req->count || req->items[i].len != 4)
+        return -1;
+    memcpy(v, req->items[i].data, 4);
+    return 0;
+}
+
+int fb_item_i64(const struct fb_oreq *req, uint32_t i, int64_t *v)
+{
+    if (i >= req->count || req->items[i].len != 8)
+        return -1;
+    memcpy(v, req->items[i].data, 8);
+    return 0;
+}
+
+/* ---- objects -------------------------------------------------------------- */
+
+static struct fb_obj *find_obj(struct fb_objsrv *s, uint32_t id)
+{
+    for (struct fb_obj *o = s->objs; o; o = o->next)
+        if (o->id == id)
+            return o;
+    return NULL;
+}
+
+static const struct fb_obj_kind *find_kind(const char *name, size_t len)
+{
+    for (size_t i = 0; fb_obj_kinds[i]; i++)
+        if (strlen(fb_obj_kinds[i]->name) == len &&
+            memcmp(fb_obj_kinds[i]->name, name, len) == 0)
+            return fb_obj_kinds[i];
+    return NULL;
+}
+
+/* OPEN: items kind, name, params...; returns the existing object of that
+ * name (which must be of that kind) or creates it. */
+static void do_open(struct fb_objsrv *s, struct fb_oreq *req)
+{
+    if (req->count < 2 || req->items[1].len == 0 ||
+        req->items[1].len > FB_WIRE_NAME_MAX) {
+        fb_oreq_fail(req, FIBER_EINVAL, "OPEN wants a kind and a name");
+        return;
+    }
+    const fiber_iov *kind = &req->items[0], *name = &req->items[1];
+    const struct fb_obj_kind *k = find_kind(kind->data, kind->len);
+    if (!k) {
+        fb_oreq_fail(req, FIBER_EINVAL, "no object kind '%.*s'",
+                     (int)(kind->len > 40 ? 40 : kind->len),
+                     (const char *)kind->data);
+        return;
+    }
+    for (struct fb_obj *o = s->objs; o; o = o->next) {
+        if (strlen(o->name) == name->len &&
+            memcmp(o->name, name->data, name->len) == 0) {
+            if (strcmp(o->kind, k->name) != 0) {
+                fb_oreq_fail(req, FIBER_EINVAL,
+                             "object '%s' exists and is a %s, not a %s",
+                             o->name, o->kind, k->name);
+                return;
+            }
+            fiber_iov id = {&o->id, 4};
+            fb_oreq_reply(req, 0, &id, 1);
+            return;
+        }
+    }
+    struct fb_obj *o = calloc(1, sizeof *o);
+    if (!o) {
+        fb_oreq_fail(req, FIBER_ENOMEM, "out of memory");
+        return;
+    }
+    o->id = ++s->next_id;
+    o->srv = s;
+    fb_strlcpy(o->kind, k->name, sizeof o->kind);
+    memcpy(o->name, name->data, name->len);
+    int rc = k->create(o, req->items + 2, req->count - 2);
+    if (rc) {
+        free(o);
+        fb_oreq_fail(req, rc, "%s", fiber_last_error());
+        return;
+    }
+    o->next = s->objs;
+    s->objs = o;
+    fiber_iov id = {&o->id, 4};
+    fb_oreq_reply(req, 0, &id, 1);
+}
+
+/* Builds a request (owning a copy of its items) from an OCALL frame. */
+static struct fb_oreq *req_new(struct fb_objsrv *s, struct fb_oconn *c,
+                               const struct fb_wire_hdr *h, const uint8_t *p)
+{
+    struct fb_msg_ocall m;
+    fb_wire_get_ocall(p, h->len, &m, NULL, 0);
+    struct fb_oreq *r = calloc(1, sizeof *r);
+    size_t items_len = h->len - 12; /* after obj, timeout and count */
+    if (!r || !(r->raw = malloc(items_len ? items_len : 1)) ||
+        !(r->items = calloc(m.count ? m.count : 1, sizeof *r->items))) {
+        if (r)
+            free(r->raw);
+        free(r);
+        return NULL;
+    }
+    memcpy(r->raw, m.items, items_len);
+    const uint8_t *cur = r->raw;
+    for (uint32_t i = 0; i < m.count; i++) {
+        const void *data;
+        uint32_t len;
+        fb_wire_task_next(&cur, &data, &len);
+        r->items[i] = (fiber_iov){data, len};
+    }
+    r->srv = s;
+    r->conn = c;
+    r->id = h->id;
+    r->op = h->code;
+    r->obj = m.obj;
+    r->count = m.count;
+    r->deadline_ms = m.timeout_ms < 0 ? UINT64_MAX
+                                      : fb_now_ms() + (uint64_t)m.timeout_ms;
+    return r;
+}
+
+static void serve(struct fb_objsrv *s, struct fb_oconn *c,
+                  const struct fb_wire_hdr *h, const uint8_t *p)
+{
+    struct fb_oreq *req = req_new(s, c, h, p);
+    if (!req) {
+        conn_drop(s, c, "out of memory for a request");
+        return;
+    }
+    if (req->obj == 0 && req->op == FB_OP_OPEN) {
+        do_open(s, req);
+        return;
+    }
+    struct fb_obj *o = find_obj(s, req->obj);
+    if (!o) {
+        fb_oreq_fail(req, FIBER_EINVAL, "no object %u on this server",
+                     req->obj);
+        return;
+    }
+    o->ops->call(o, req);
+}
+
+/* ---- admitting clients ----------------------------------------------- */
+
+static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
+{
+    if (c->authed)
+        fb_log_debug("object server: client on fd %d gone: %s", c->conn.fd,
+                     why);
+    else {
+        fb_log_warn("object server: dropping peer on fd %d: %s", c->conn.fd,
+                    why);
+        s->dropped++;
+    }
+    /* Its parked requests go first, then every object hears of it. */
+    struct fb_oreq *r = s->parked, *next;
+    for (; r; r = next) {
+        next = r->pnext;
+        if (r->conn == c)
+            req_free(r);
+    }
+    if (c->authed)
+        for (struct fb_obj *o = s->objs; o; o = o->next)
+            if (o->ops->conn_gone)
+                o->ops->conn_gone(o, c);
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
+    fb_conn_close(&c->conn);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    free(c);
+}
+
+/* Returns 0 if the peer proved itself. */
+static int check_hello(struct fb_objsrv *s, struct fb_oconn *c,
+                       const struct fb_wire_hdr *h, const uint8_t *p)
+{
+    struct fb_msg_hello m;
+    if (h->type != FB_MSG_HELLO) {
+        conn_drop(s, c, "first message was not HELLO");
+        return -1;
+    }
+    fb_wire_get_hello(p, h->len, &m, NULL, 0);
+    const char *why = NULL;
+    if (sodium_memcmp(m.token, s->token, sizeof s->token) != 0)
+        why = "authentication failed: wrong token";
+    else if (m.build_id_len != strlen(s->build_id) ||
+             memcmp(m.build_id, s->build_id, m.build_id_len) != 0)
+        why = "built from a different program";
+    if (why) {
+        if (fb_wire_put_reject(&c->conn.out, why, strlen(why)) == 0)
+            fb_conn_flush(&c->conn);
+        conn_drop(s, c, why);
+        return -1;
+    }
+    c->authed = 1;
+    c->conn.max_payload = s->max_payload;
+    struct fb_msg_welcome w = {0};
+    fb_wire_put_welcome(&c->conn.out, &w);
+    send_now(s, c);
+    return 0;
+}
+
+static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
+{
+    if (events & EPOLLOUT) {
+        send_now(s, c);
+        return; /* the connection may be gone; read on the next round */
+    }
+    int rc = fb_conn_read(&c->conn);
+    struct fb_wire_hdr h;
+    const uint8_t *p;
+    int got;
+    while ((got = fb_conn_next(&c->conn, &h, &p)) == 1) {
+        if (!c->authed) {
+            if (check_hello(s, c, &h, p) != 0)
+                return;
+            continue;
+        }
+        if (h.type != FB_MSG_OCALL) {
+            conn_drop(s, c, "expected OCALL");
+            return;
+        }
+        serve(s, c, &h, p);
+        /* serve() may have dropped c (a failed send); stop if so. */
+        struct fb_oconn *it = s->conns;
+        while (it && it != c)
+            it = it->next;
+        if (!it)
+            return;
+    }
+    if (got < 0)
+        conn_drop(s, c, c->conn.err);
+    else if (rc != 0)
+        conn_drop(s, c, c->conn.err);
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
+/* Answers expired requests and drops silent peers; returns the time to the
+ * next deadline for epoll_wait. */
+static int run_timers(struct fb_objsrv *s)
+{
+    uint64_t now = fb_now_ms(), next = UINT64_MAX;
+    struct fb_oreq *r = s->parked, *rn;
+    for (; r; r = rn) {
+        rn = r->pnext;
+        if (r->deadline_ms <= now)
+            fb_oreq_fail(r, FIBER_ETIMEDOUT, "timed out");
+        else if (r->deadline_ms < next)
+            next = r->deadline_ms;
+    }
+    struct fb_oconn *c = s->conns, *cn;
+    for (; c; c = cn) {
+        cn = c->next;
+        if (c->authed)
+            continue;
+        if (c->hello_deadline_ms <= now)
+            conn_drop(s, c, "said nothing valid in time");
+        else if (c->hello_deadline_ms < next)
+            next = c->hello_deadline_ms;
+    }
+    if (next == UINT64_MAX)
+        return -1;
+    return next <= now ? 0 : (int)(next - now > 1000 ? 1000 : next - now);
+}
+
+static void accept_all(struct fb_objsrv *s)
+{
+    for (int i = 0; i < 64; i++) {
+        int fd;
+        int rc = fb_sock_accept(s->listen_fd, &fd);
+        if (rc != 0)
+            return;
+        conn_add(s, fd);
+    }
+}
+
+void fb_objsrv_run(struct fb_objsrv *s, int stop_fd)
+{
+    if (stop_fd >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP,
+                                 .data.ptr = EV_CTRL};
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, stop_fd, &ev);
+    }
+    struct epoll_event evs[64];
+    while (!s->stopping) {
+        int timeout = run_timers(s);
+        int n = epoll_wait(s->epfd, evs, 64, timeout);
+        for (int i = 0; i < n && !s->stopping; i++) {
+            void *d = evs[i].data.ptr;
+            if (d == EV_LISTEN)
+                accept_all(s);
+            else if (d == EV_STOP || d == EV_CTRL)
+                s->stopping = 1;
+            else
+                on_conn(s, d, evs[i].events);
+        }
+    }
+}
+
+static void *server_main(void *arg)
+{
+    fb_objsrv_run(arg, -1);
+    return NULL;
+}
+
+int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
+                    const uint8_t token[FB_WIRE_TOKEN_LEN],
+                    const char *build_id, int own_thread)
+{
+    struct fb_objsrv *s = calloc(1, sizeof *s);
+    if (!s)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    s->listen_fd = s->epfd = s->stop_efd = -1;
+    memcpy(s->token, token, sizeof s->token);
+    fb_strlcpy(s->build_id, build_id, sizeof s->build_id);
+    s->max_payload = 64u << 20;
+    int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
+                            sizeof s->address);
+    if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+                    (s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
+        rc = fb_err_errno(FIBER_ESYS, "object server setup");
+    if (rc == 0) {
+        struct epoll_event a = {.events = EPOLLIN, .data.ptr = EV_LISTEN};
+        struct epoll_event b = {.events = EPOLLIN, .data.ptr = EV_STOP};
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &a);
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_efd, &b);
+    }
+    if (rc == 0 && own_thread) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int err = pthread_create(&s->thread, NULL, server_main, s);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err)
+            rc = fb_err(FIBER_ESYS, "cannot start the object server thread");
+        else
+            s->has_thread = 1;
+    }
+    if (rc) {
+        fb_objsrv_stop(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+const char *fb_objsrv_address(const struct fb_objsrv *s) { return s->address; }
+
+uint64_t fb_objsrv_dropped(struct fb_objsrv *s) { return s->dropped; }
+
+void fb_objsrv_stop(struct fb_objsrv *s)
+{
+    if (!s)
+        return;
+    if (s->has_thread) {
+        uint64_t one = 1;
+        if (write(s->stop_efd, &one, sizeof one) < 0) {
+            /* saturated: it is stopping already */
+        }
+        pthread_join(s->thread, NULL);
+    }
+    while (s->conns)
+        conn_drop(s, s->conns, "server stopping");
+    while (s->objs) {
+        struct fb_obj *o = s->objs;
+        s->objs = o->next;
+        if (o->ops->destroy)
+            o->ops->destroy(o);
+        free(o);
+    }
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->stop_efd >= 0)
+        close(s->stop_efd);
+    if (strncmp(s->address, "unix:", 5) == 0)
+        unlink(s->address + 5);
+    free(s);
+}

@@ -1,0 +1,193 @@
+/*
+ * objsrv.h -- object servers and their clients: how queues, pipes, rings
+ * and manager objects are shared between processes.
+ *
+ * An object server listens on its own socket (a unix socket in the run
+ * directory, or TCP), admits clients that send HELLO with the run's token
+ * and the program's build id, and serves OCALL requests on named objects,
+ * answering each with an OREPLY (in any order: a request may wait, e.g. a
+ * get on an empty queue, while others are answered).  The master runs one
+ * in a thread of its own, started with the first queue, pipe or ring; a
+ * manager is a job whose main thread runs one.
+ *
+ * Objects are kinds registered in a table (fb_obj_kinds): each supplies a
+ * create function and ops.  A request an object cannot answer yet is
+ * parked on one of its wait queues; the server answers it with
+ * FIBER_ETIMEDOUT at its deadline, or drops it when its client goes, and
+ * tells every object about a client that went (so a lock it held is
+ * released).
+ *
+ * Threading: a server's state is touched only by its own thread.
+ */
+#ifndef FB_OBJSRV_H
+#define FB_OBJSRV_H
+
+#include <stdint.h>
+
+#include "fiber/fiber.h"
+#include "net/net.h"
+#include "wire/wire.h"
+
+/* Generic operations; kinds number theirs from FB_OP_KIND. */
+#define FB_OP_OPEN 1 /* obj 0; items: kind, name, params... -> u32 id */
+#define FB_OP_KIND 16
+
+struct fb_objsrv;
+struct fb_oconn;
+struct fb_obj;
+struct fb_waitq;
+
+/* A request being served, or parked until it can be. */
+struct fb_oreq {
+    struct fb_objsrv *srv;
+    struct fb_oconn *conn;
+    uint64_t id;
+    int32_t op;
+    uint32_t obj;
+    uint64_t deadline_ms; /* UINT64_MAX: none */
+    uint32_t count;       /* argument items */
+    fiber_iov *items;     /* point into `raw`, owned by the request */
+    uint8_t *raw;
+    uint64_t aux;         /* for the object's use while parked */
+    struct fb_waitq *wq;  /* the wait queue it is parked on */
+    struct fb_oreq *wprev, *wnext;
+    struct fb_oreq *pprev, *pnext; /* the server's list of parked */
+};
+
+struct fb_waitq {
+    struct fb_oreq *head, *tail;
+    size_t len;
+};
+
+struct fb_obj_ops {
+    /* Serves req.  Returns 1 after answering it (fb_oreq_reply), or 0
+     * after parking it on one of the object's wait queues
+     * (fb_oreq_park). */
+    int (*call)(struct fb_obj *o, struct fb_oreq *req);
+    /* A client went away: its parked requests are already gone; release
+     * what it held.  May answer other parked requests.  May be NULL. */
+    void (*conn_gone)(struct fb_obj *o, struct fb_oconn *c);
+    /* Frees the state.  May be NULL. */
+    void (*destroy)(struct fb_obj *o);
+};
+
+struct fb_obj {
+    uint32_t id;
+    char kind[32];
+    char name[FB_WIRE_NAME_MAX + 1];
+    const struct fb_obj_ops *ops;
+    void *state;
+    struct fb_objsrv *srv;
+    struct fb_obj *next;
+};
+
+/* A kind of object: creates the state from the OPEN request's parameter
+ * items (items after kind and name).  Returns 0 or a FIBER_E* code with
+ * fiber_last_error() set (the client gets both). */
+struct fb_obj_kind {
+    const char *name;
+    int (*create)(struct fb_obj *o, const fiber_iov *params, uint32_t n);
+};
+
+/* ---- the server side ---- */
+
+/* Starts a server listening on addr ("unix:PATH" or "tcp:HOST:0").  With
+ * own_thread it serves in a new thread (returns at once); else the caller
+ * runs fb_objsrv_run().  The bound address is in fb_objsrv_address(). */
+int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
+                    const uint8_t token[FB_WIRE_TOKEN_LEN],
+                    const char *build_id, int own_thread);
+const char *fb_objsrv_address(const struct fb_objsrv *srv);
+/* Serves until fb_objsrv_stop() or, when stop_fd >= 0, until that
+ * descriptor becomes readable or hangs up (a manager's control
+ * connection). */
+void fb_objsrv_run(struct fb_objsrv *srv, int stop_fd);
+/* Stops and frees the server (joining its thread, if it has one). */
+void fb_objsrv_stop(struct fb_objsrv *srv);
+/* Peers dropped for failing authentication or protocol (tests). */
+uint64_t fb_objsrv_dropped(struct fb_objsrv *srv);
+
+/* Answers req with status and items, and frees it. */
+void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
+                   size_t count);
+/* Answers req with a failure: status and a printf-style text. */
+void fb_oreq_fail(struct fb_oreq *req, int status, const char *fmt, ...)
+    FIBER_PRINTF(3, 4);
+/* Parks req on q until the object answers it (or it times out). */
+void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q);
+/* Takes the oldest request off q (NULL if empty), still alive. */
+struct fb_oreq *fb_waitq_pop(struct fb_waitq *q);
+/* Reads item i as a u32/u64/i64/double (exact size) into *v; 0 or -1. */
+int fb_item_u32(const struct fb_oreq *req, uint32_t i, uint32_t *v);
+int fb_item_i64(const struct fb_oreq *req, uint32_t i, int64_t *v);
+
+/* ---- the client side ---- */
+
+struct fb_oclient;
+
+/* A reply: status, and its items (a private copy of the list). */
+struct fb_oresult {
+    int status;
+    uint32_t count;
+    fiber_buf raw; /* "u32 len | bytes" x count */
+};
+
+/* Returns the item i of a result (0 or -1 if there is none). */
+int fb_oresult_item(const struct fb_oresult *r, uint32_t i, const void **data,
+                    size_t *len);
+void fb_oresult_free(struct fb_oresult *r);
+
+/* Connects (or reuses this process's connection) to the server at addr,
+ * proving itself with token.  Reference counted: fb_oclient_release. */
+int fb_oclient_get(const char *addr, const uint8_t token[FB_WIRE_TOKEN_LEN],
+                   struct fb_oclient **out);
+void fb_oclient_release(struct fb_oclient *c);
+
+/* Calls op on obj and waits for the answer.  Returns the status (0 or a
+ * FIBER_E* code, with the server's text in fiber_last_error()); the
+ * result's items are in *res (may be NULL).  FIBER_ECLOSED if the server
+ * is gone. */
+int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
+             const fiber_iov *items, size_t count, struct fb_oresult *res);
+
+/* The same without waiting: on success *f is a future whose
+ * fiber_future_get() returns the status and appends item 0 of the reply
+ * (if any) to its out buffer. */
+int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
+                   int timeout_ms, const fiber_iov *items, size_t count,
+                   fiber_future **f);
+
+/* Opens (creating it if needed) the object named name of kind on the
+ * server; its id goes to *id. */
+int fb_oopen(struct fb_oclient *c, const char *kind, const char *name,
+             const fiber_iov *params, size_t n, uint32_t *id);
+
+/* ---- the master's own server ---- */
+
+/* Returns the master's object server, starting it on first use; its
+ * address is what handles carry.  Only in the master. */
+int fb_master_objsrv(struct fb_objsrv **out);
+/* Stops it (fiber_shutdown does). */
+void fb_master_objsrv_stop(void);
+
+/* ---- futures for object calls (pool.c owns fiber_future) ---- */
+struct fb_owait;
+int fb_owait_wait(struct fb_owait *w, int timeout_ms);
+int fb_owait_ready(struct fb_owait *w);
+int fb_owait_take(struct fb_owait *w, fiber_buf *out);
+void fb_owait_free(struct fb_owait *w);
+int fb_future_from_owait(struct fb_owait *w, fiber_future **f);
+
+/* Serialised handles: "FBH1" | kind u8 | u8 n | addr[n] | token[32] |
+ * u32 obj | u32 extra.  The kinds: */
+#define FB_HANDLE_QUEUE 1
+#define FB_HANDLE_PIPE 2
+#define FB_HANDLE_RING 3
+#define FB_HANDLE_MOBJ 4
+int fb_handle_encode(fiber_buf *out, int kind, const char *addr,
+                     const uint8_t *token, uint32_t obj, uint32_t extra);
+int fb_handle_decode(const void *data, size_t len, int want_kind,
+                     char *addr, size_t addr_size, uint8_t *token,
+                     uint32_t *obj, uint32_t *extra);
+
+#endif /* FB_OBJSRV_H */
