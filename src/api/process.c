@@ -56,6 +56,14 @@ static int proc_message(struct fb_jobrec *j, const struct fb_wire_hdr *h,
                      t.text);
         return 0;
     }
+    if (h->type == FB_MSG_NOTE) {
+        struct fb_msg_text t;
+        fb_wire_get_text(payload, h->len, &t, NULL, 0);
+        snprintf(j->note, sizeof j->note, "%.*s", (int)t.len, t.text);
+        j->has_note = 1;
+        pthread_cond_broadcast(&fb_rt()->changed);
+        return 0;
+    }
     if (h->type == FB_MSG_PING) {
         fb_wire_put_pong(&j->conn.out, h->id);
         fb_rt_kick(j);
@@ -213,4 +221,31 @@ FIBER_API void fiber_process_free(fiber_process *p)
     p->magic = 0;
     free(p->arg);
     free(p);
+}
+
+/* Waits up to timeout_ms for the process's target to send a NOTE; copies
+ * it into buf.  Returns 0, FIBER_ETIMEDOUT, or FIBER_ECLOSED if the job
+ * ended first (its failure in fiber_last_error()). */
+int fb_process_wait_note(fiber_process *p, char *buf, size_t size,
+                         int timeout_ms)
+{
+    int rc = check(p);
+    if (rc)
+        return rc;
+    uint64_t deadline = fb_deadline_ms(timeout_ms);
+    fb_rt_lock();
+    while (!p->job->has_note && !p->job->ended && rc == 0)
+        rc = fb_rt_wait(deadline);
+    if (p->job->has_note)
+        rc = (int)fb_strlcpy(buf, p->job->note, size) >= 0 ? 0 : 0;
+    else if (p->job->ended)
+        rc = fb_err(FIBER_ECLOSED, "job '%s' ended (exit %d)%s%s", p->name,
+                    p->job->reported ? p->job->reported_code
+                                     : p->job->exit_status,
+                    p->job->failure[0] ? ": " : "", p->job->failure);
+    else
+        rc = fb_err(FIBER_ETIMEDOUT, "job '%s' sent nothing in %d ms",
+                    p->name, timeout_ms);
+    fb_rt_unlock();
+    return rc;
 }

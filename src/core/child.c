@@ -256,16 +256,33 @@ static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
     exit(rc & 0xff);
 }
 
+static struct fb_child ch = {.write_mu = PTHREAD_MUTEX_INITIALIZER,
+                            .conn = {.fd = -1}};
+
+int fb_child_note(int32_t kind, const char *text)
+{
+    if (ch.conn.fd < 0)
+        return fb_err(FIBER_ESTATE, "not a child job");
+    pthread_mutex_lock(&ch.write_mu);
+    int rc = fb_wire_put_note(&ch.conn.out, kind, text, strlen(text));
+    if (rc == 0)
+        rc = fb_conn_flush_wait(&ch.conn, fb_deadline_ms(10000));
+    pthread_mutex_unlock(&ch.write_mu);
+    return rc;
+}
+
+int fb_child_master_fd(void) { return ch.conn.fd; }
+
 void fb_child_main(void)
 {
     struct fb_runtime *rt = fb_rt();
     static struct boot b;
-    static struct fb_child ch = {.write_mu = PTHREAD_MUTEX_INITIALIZER};
     read_boot(&b);
     setup_config_and_log(rt, &b);
     if (fb_build_id(rt->build_id, sizeof rt->build_id) != 0)
         die(FB_EXIT_BOOT, "%s", fiber_last_error());
     rt->master = 0;
+    memcpy(rt->token, b.token, sizeof rt->token);
     ch.cfg = &rt->cfg;
     ch.heartbeat_ms = handshake(rt, &b, &ch.conn);
     start_watchdog(&ch);

@@ -19,6 +19,14 @@ struct fb_child {
     const struct fb_config *cfg;
 };
 
+/* Sends a NOTE (text) to the master from a running target.  Returns 0
+ * or a code.  Only in a child running a process target. */
+int fb_child_note(int32_t kind, const char *text);
+
+/* The child's connection to the master (its fd, for a server that should
+ * stop when the master goes), or -1. */
+int fb_child_master_fd(void);
+
 /* Logs at error level and exits with code at once. */
 void fb_child_die(int code, const char *fmt, ...) FIBER_PRINTF(2, 3)
     __attribute__((noreturn));

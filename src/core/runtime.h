@@ -75,6 +75,8 @@ struct fb_jobrec {
     int reported;        /* child sent EXIT */
     int reported_code;
     char failure[512];   /* why it failed, if known (EXIT text, REJECT) */
+    char note[600];      /* the last NOTE its target sent */
+    int has_note;
 
     uint64_t kill_at_ms; /* SIGKILL if still running then; 0 = none */
 

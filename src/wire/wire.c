@@ -590,6 +590,7 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
         return fb_wire_get_run(p, h->len, &m.run, err, errlen);
     case FB_MSG_REJECT:
     case FB_MSG_EXIT:
+    case FB_MSG_NOTE:
         return fb_wire_get_text(p, h->len, &m.text, err, errlen);
     case FB_MSG_POOL:
         return fb_wire_get_pool(p, h->len, &m.pool, err, errlen);
@@ -964,4 +965,14 @@ int fb_wire_put_oreply(fiber_buf *out, uint64_t id, int32_t status,
         return fb_err(FIBER_EINVAL, "OREPLY: a failure carries one text");
     return put_list_frame(out, FB_MSG_OREPLY, id, status, NULL, 0, items,
                           count);
+}
+
+int fb_wire_put_note(fiber_buf *out, int32_t kind, const char *text,
+                     size_t len)
+{
+    int rc = check_field("NOTE", "text", &rule_text, text, len);
+    if (rc)
+        return rc;
+    const struct piece pieces[] = {{text, len}};
+    return put_frame(out, FB_MSG_NOTE, kind, 0, pieces, 1);
 }

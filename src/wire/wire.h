@@ -36,6 +36,8 @@
  *            arg bytes (the rest of the payload, possibly empty)
  *   EXIT     child->master: the target returned; header code = its return
  *            value; payload: text (failure message, may be empty)
+ *   NOTE     child->master: text the running target reports to its master
+ *            (a manager's address); header code = what kind of note (1)
  *   PING     either way, empty payload; the peer answers PONG with the same id
  *   PONG     empty payload
  *
@@ -110,7 +112,8 @@
     X(HEARTBEAT, 13)                                                           \
     X(FAULT, 14)                                                               \
     X(OCALL, 15)                                                               \
-    X(OREPLY, 16)
+    X(OREPLY, 16)                                                              \
+    X(NOTE, 17)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -207,6 +210,8 @@ int fb_wire_put_welcome(fiber_buf *out, const struct fb_msg_welcome *m);
 int fb_wire_put_reject(fiber_buf *out, const char *text, size_t len);
 int fb_wire_put_run(fiber_buf *out, uint64_t id, const struct fb_msg_run *m);
 int fb_wire_put_exit(fiber_buf *out, int32_t code, const char *text,
+                     size_t len);
+int fb_wire_put_note(fiber_buf *out, int32_t kind, const char *text,
                      size_t len);
 int fb_wire_put_ping(fiber_buf *out, uint64_t id);
 int fb_wire_put_pong(fiber_buf *out, uint64_t id);

@@ -110,10 +110,11 @@ static void round_trip_text(const struct fb_wire_hdr *h, const uint8_t *p,
                             fiber_buf *b)
 {
     struct fb_msg_text a, z;
-    int32_t code = h->type == FB_MSG_EXIT ? h->code : 0;
+    int32_t code = h->type == FB_MSG_REJECT ? 0 : h->code;
     require(fb_wire_get_text(p, h->len, &a, NULL, 0) == 0, "text decode");
-    int rc = h->type == FB_MSG_EXIT ? fb_wire_put_exit(b, code, a.text, a.len)
-                                    : fb_wire_put_reject(b, a.text, a.len);
+    int rc = h->type == FB_MSG_EXIT   ? fb_wire_put_exit(b, code, a.text, a.len)
+             : h->type == FB_MSG_NOTE ? fb_wire_put_note(b, code, a.text, a.len)
+                                      : fb_wire_put_reject(b, a.text, a.len);
     require(rc == 0, "text encode");
     const uint8_t *q = reparse(b, h, p, code, 0);
     require(fb_wire_get_text(q, h->len, &z, NULL, 0) == 0, "text redecode");
@@ -310,6 +311,7 @@ static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
         break;
     case FB_MSG_REJECT:
     case FB_MSG_EXIT:
+    case FB_MSG_NOTE:
         round_trip_text(h, p, &b);
         break;
     case FB_MSG_PING:

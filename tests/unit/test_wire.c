@@ -143,7 +143,7 @@ TEST(type_names)
     CHECK_STR(fb_msg_type_name(FB_MSG_HEARTBEAT), "HEARTBEAT");
     CHECK_STR(fb_msg_type_name(FB_MSG_FAULT), "FAULT");
     CHECK_STR(fb_msg_type_name(0), "?");
-    CHECK_STR(fb_msg_type_name(17), "?");
+    CHECK_STR(fb_msg_type_name(18), "?");
     CHECK_STR(fb_msg_type_name(200), "?");
 }
 
@@ -232,7 +232,7 @@ TEST(hdr_bad_version)
 
 TEST(hdr_unknown_type)
 {
-    static const unsigned bad[] = {0, 17, 200, 255};
+    static const unsigned bad[] = {0, 18, 200, 255};
     for (size_t i = 0; i < FB_ARRAY_LEN(bad); i++) {
         uint8_t b[FB_WIRE_HDR_LEN];
         char want[16];
@@ -781,7 +781,7 @@ TEST(text_rules)
 
 TEST(check_payload_unknown_type)
 {
-    static const unsigned bad[] = {0, 17, 200};
+    static const unsigned bad[] = {0, 18, 200};
     for (size_t i = 0; i < FB_ARRAY_LEN(bad); i++) {
         char err[ERRLEN] = "";
         struct fb_wire_hdr h = {.type = (uint8_t)bad[i], .len = 0};
@@ -2093,7 +2093,7 @@ static void garbage(uint8_t *b, size_t n, const struct valid_frames *valid)
         /* Every type, the unknown 0 and FB_MSG_FAULT + 1 included, and
          * a small code so that TASK and RESULT sometimes have a plausible
          * count. */
-        unsigned type = (unsigned)(rnd() % (FB_MSG_OREPLY + 2));
+        unsigned type = (unsigned)(rnd() % (FB_MSG_NOTE + 2));
         uint32_t code = (uint32_t)(rnd() % 4);
         uint32_t len = (uint32_t)(rnd() % 80);
         raw_hdr(b, FB_WIRE_MAGIC, FB_WIRE_VERSION, type, 0, 0, code, 0, len);
