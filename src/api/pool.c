@@ -72,9 +72,14 @@ int fb_batch_can_send(const struct fb_batch *b)
         return 1;
     /* An imap holds at most `window` results not yet read: for ordered
      * reading, index next must fit the window after the reader's place. */
-    if (b->ordered)
-        return b->next < b->taken + b->window;
-    return b->next - b->taken < b->window;
+    /* Refill in batches of a quarter window, so that a reader taking one
+     * result at a time does not make every message carry one task. */
+    size_t room = b->ordered ? b->taken + b->window - b->next
+                             : b->window - (b->next - b->taken);
+    size_t want = b->window / 4;
+    if (want > b->n - b->next)
+        want = b->n - b->next;
+    return room > 0 && room >= (want ? want : 1);
 }
 
 void fb_batch_free(struct fb_batch *b)
@@ -353,10 +358,10 @@ static int check_opts(const fiber_pool_opts *o)
     if (o->max_workers > 0 && o->min_workers > o->max_workers)
         return fb_err(FIBER_EINVAL, "min_workers %d exceeds max_workers %d",
                       o->min_workers, o->max_workers);
-    if (o->initializer)
-        return fiber_task_lookup(o->initializer, NULL);
     if (o->initarg_len && !o->initarg)
         return fb_err(FIBER_EINVAL, "initarg is NULL with a length");
+    if (o->initializer)
+        return fiber_task_lookup(o->initializer, NULL);
     return 0;
 }
 
@@ -856,7 +861,7 @@ static struct fb_imap_slot *imap_ready_slot(struct fb_batch *b)
 static int imap_has_next(void *arg)
 {
     struct fb_batch *b = arg;
-    return b->taken == b->n || imap_ready_slot(b) != NULL;
+    return b->taken == b->n || b->cut || imap_ready_slot(b) != NULL;
 }
 
 FIBER_API int fiber_imap_next(fiber_imap *it, size_t *index, fiber_buf *out,
@@ -876,6 +881,11 @@ FIBER_API int fiber_imap_next(fiber_imap *it, size_t *index, fiber_buf *out,
     struct fb_imap_slot *s = rc ? NULL : imap_ready_slot(b);
     if (rc) {
         rc = fb_err(FIBER_ETIMEDOUT, "no result after %d ms", timeout_ms);
+    } else if (!s && b->cut) {
+        rc = fb_err(FIBER_ECLOSED,
+                    "the pool was closed or terminated after %zu of %zu "
+                    "results",
+                    b->taken, b->n);
     } else if (!s) {
         rc = fb_err(FIBER_ECLOSED, "all %zu results were taken", b->n);
     } else {
@@ -940,20 +950,43 @@ FIBER_API int fiber_pool_close(fiber_pool *p)
     return 0;
 }
 
+/* Ends an iterator whose tasks will not all run: the results already
+ * there can still be read, then fiber_imap_next fails with ECLOSED. */
+static void cut_imap(struct fiber_pool *p, struct fb_batch *b)
+{
+    if (b->next < b->n) {
+        p->queued -= b->n - b->next;
+        fb_pool_unqueue(p, b);
+    }
+    b->cut = 1;
+    b->complete = 1;
+    pthread_cond_broadcast(&p->cond);
+}
+
 static int all_done(void *arg)
 {
     struct fiber_pool *p = arg;
     for (struct fb_batch *b = p->all; b; b = b->all_next)
         if (!b->complete && b->kind != B_IMAP)
             return 0;
-    if (p->cb_head)
+    if (p->cb_head || p->callbacks_running)
         return 0;
     if (!p->closed)
         return 1;
-    /* Closed: wait for the workers to leave too. */
-    for (int i = 0; i < p->n_workers; i++) {
+    /* Closed: an iterator nobody reads cannot finish; it is cut (its
+     * reader gets what came, then FIBER_ECLOSED).  Then the workers
+     * leave. */
+    for (struct fb_batch *b = p->all; b; b = b->all_next)
+        if (b->kind == B_IMAP && !b->complete) {
+            int busy = 0;
+            for (int i = 0; i < p->n_workers; i++)
+                busy += p->workers[i]->inflight > 0;
+            if (busy)
+                return 0;
+            cut_imap(p, b);
+        }
+    for (int i = 0; i < p->n_workers; i++)
         p->workers[i]->retire = 1;
-    }
     p->target = 0;
     return p->n_workers == 0;
 }
@@ -977,6 +1010,10 @@ static void fail_unfinished(struct fiber_pool *p)
 {
     static const char msg[] = "the pool was terminated";
     for (struct fb_batch *b = p->all; b; b = b->all_next) {
+        if (b->kind == B_IMAP && !b->complete) {
+            cut_imap(p, b);
+            continue;
+        }
         for (size_t i = 0; i < b->n && !b->complete; i++)
             if (!(b->done_bits[i / 64] & (1ull << (i % 64))))
                 fb_batch_finish(p, b, i, FIBER_ECLOSED, msg, sizeof msg - 1);
@@ -987,6 +1024,13 @@ static void fail_unfinished(struct fiber_pool *p)
 }
 
 static int no_workers(void *arg) { return ((struct fiber_pool *)arg)->n_workers == 0; }
+
+/* No workers and no callbacks left to run (the driver runs them). */
+static int quiet(void *arg)
+{
+    struct fiber_pool *p = arg;
+    return p->n_workers == 0 && !p->cb_head && !p->callbacks_running;
+}
 
 FIBER_API int fiber_pool_terminate(fiber_pool *p)
 {
@@ -1003,8 +1047,7 @@ FIBER_API int fiber_pool_terminate(fiber_pool *p)
         /* Callbacks run and the workers' ends are collected here, so the
          * pool is quiet when this returns. */
         int grace = fb_rt_config()->terminate_grace_ms;
-        pool_wait(p, no_workers, p, fb_deadline_ms(grace + 1000));
-        fb_pool_run_callbacks(p);
+        pool_wait(p, quiet, p, fb_deadline_ms(grace + 1000));
     }
     pthread_mutex_unlock(&p->mu);
     return 0;

@@ -64,6 +64,7 @@ struct fb_batch {
     struct fb_imap_slot *slots;
     size_t window, taken, ready_count;
     int ordered;
+    int cut; /* imap: the pool stopped before every result came */
 
     fiber_done_fn cb;
     void *ud;
@@ -176,6 +177,7 @@ struct fiber_pool {
     double task_ns;                   /* EWMA of a task's run time */
 
     int closed, terminated;
+    int callbacks_running;
     fiber_pool_stats st;
 
     pthread_mutex_t inbox_mu;
@@ -194,6 +196,8 @@ void fb_pool_sched_fini(struct fiber_pool *p);
 int fb_pool_grow(struct fiber_pool *p, int n);     /* mu held */
 void fb_pool_dispatch(struct fiber_pool *p);       /* mu held */
 void fb_pool_flush(struct fiber_pool *p);          /* mu held */
+/* Takes b off the queue of batches with unsent tasks; mu held. */
+void fb_pool_unqueue(struct fiber_pool *p, struct fb_batch *b);
 void fb_pool_stop_workers(struct fiber_pool *p);   /* mu held */
 /* Runs the progress loop until done(arg) is true or deadline passes.
  * mu held.  Returns 0 or FIBER_ETIMEDOUT. */

@@ -122,9 +122,12 @@ static int launch_worker(struct fiber_pool *p)
     w->pool = p;
     w->conn.fd = -1;
     char name[64];
-    snprintf(name, sizeof name, "%s-%llu",
-             p->job_strs[0] ? p->job_strs[0] : "PoolWorker",
-             (unsigned long long)++p->name_seq);
+    if (p->job_strs[0])
+        snprintf(name, sizeof name, "%.40s-%llu", p->job_strs[0],
+                 (unsigned long long)++p->name_seq);
+    else
+        snprintf(name, sizeof name, "Pool%u-Worker-%llu", p->pool_no,
+                 (unsigned long long)++p->name_seq);
     fiber_job_opts opts = p->job;
     opts.name = name;
     int rc = fb_rt_launch(&w->job, "PoolWorker", name, &opts,
@@ -480,7 +483,7 @@ static struct fb_batch *next_batch(struct fiber_pool *p)
     return NULL;
 }
 
-static void unqueue_batch(struct fiber_pool *p, struct fb_batch *b)
+void fb_pool_unqueue(struct fiber_pool *p, struct fb_batch *b)
 {
     struct fb_batch **pp = &p->q_head, *prev = NULL;
     while (*pp && *pp != b) {
@@ -524,11 +527,15 @@ static int feed_one(struct fiber_pool *p, struct fb_worker *w, uint32_t limit)
         return 0;
     size_t want = chunk_size(p, b, limit - (w->inflight < limit ? w->inflight
                                                                  : limit));
+    if (p->maxtasks > 0 && want > (uint64_t)p->maxtasks - w->assigned)
+        want = (size_t)((uint64_t)p->maxtasks - w->assigned);
+    if (want == 0)
+        return 0;
     size_t sent = send_chunk(p, w, b, b->next, want, 0);
     b->next += sent;
     p->queued -= sent;
     if (b->next == b->n)
-        unqueue_batch(p, b);
+        fb_pool_unqueue(p, b);
     return sent > 0;
 }
 
@@ -654,8 +661,10 @@ static int on_frame(struct fiber_pool *p, struct fb_worker *w,
 
 static void on_readable(struct fiber_pool *p, struct fb_worker *w)
 {
+    size_t had = w->conn.in.len;
     int rc = fb_conn_read(&w->conn);
-    w->last_heard_ms = fb_now_ms();
+    if (w->conn.in.len != had)
+        w->last_heard_ms = fb_now_ms();
     struct fb_wire_hdr h;
     const uint8_t *payload;
     int got;
@@ -685,7 +694,14 @@ static void check_heartbeats(struct fiber_pool *p, uint64_t now)
     uint64_t limit = (uint64_t)p->heartbeat_ms * HEARTBEAT_MISSES;
     for (int i = 0; i < p->n_workers; i++) {
         struct fb_worker *w = p->workers[i];
-        if (w->has_conn && now - w->last_heard_ms > limit)
+        if (!w->has_conn || now - w->last_heard_ms <= limit)
+            continue;
+        /* Nobody may have read its socket for a while (an idle pool):
+         * what it sent meanwhile is waiting there. */
+        size_t before = w->conn.in.len - w->conn.in_off;
+        on_readable(p, w);
+        if (w->has_conn && w->conn.in.len - w->conn.in_off == before &&
+            now - w->last_heard_ms > limit)
             worker_lost(p, w, "stopped heart-beating");
     }
 }
@@ -767,7 +783,7 @@ static void fail_all_pending(struct fiber_pool *p, int code, const char *msg)
             fb_batch_finish(p, b, b->next++, code, msg, len);
             p->queued--;
         }
-        unqueue_batch(p, b);
+        fb_pool_unqueue(p, b);
     }
 }
 
@@ -866,11 +882,14 @@ void fb_pool_run_callbacks(struct fiber_pool *p)
         b->cb_pending = 0;
         if (b->cb) {
             int rc = b->rc;
+            p->callbacks_running++;
             pthread_mutex_unlock(&p->mu);
             const char *msg = fb_batch_msg(b);
             b->cb(b->ud, rc, rc ? (const void *)msg : b->result.data,
                   rc ? strlen(msg) : b->result.len);
             pthread_mutex_lock(&p->mu);
+            p->callbacks_running--;
+            pthread_cond_broadcast(&p->cond);
         }
         if (!b->has_handle)
             fb_batch_free(b);
@@ -922,6 +941,8 @@ static int outstanding(struct fiber_pool *p)
         return 1;
     if (p->max_workers > 0 && p->target > p->min_workers)
         return 1;
+    if (!p->terminated && live_workers(p) != p->target)
+        return 1; /* a resize to carry out */
     for (int i = 0; i < p->n_workers; i++) {
         struct fb_worker *w = p->workers[i];
         if (w->inflight || w->state == W_STARTING || w->state == W_INIT ||

@@ -64,6 +64,8 @@ static int proc_message(struct fb_jobrec *j, const struct fb_wire_hdr *h,
         pthread_cond_broadcast(&fb_rt()->changed);
         return 0;
     }
+    if (h->type == FB_MSG_HEARTBEAT)
+        return 0; /* every child's watchdog sends them */
     if (h->type == FB_MSG_PING) {
         fb_wire_put_pong(&j->conn.out, h->id);
         fb_rt_kick(j);

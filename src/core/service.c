@@ -255,6 +255,17 @@ static void check_hello(struct fb_pending *p, const struct fb_wire_hdr *h,
 static void on_pending(struct fb_pending *p)
 {
     int rc = fb_conn_read(&p->conn);
+    if (rc == FIBER_ECLOSED && p->conn.in.len == 0) {
+        /* Closed before saying anything: a job that was being stopped as
+         * it dialed, most likely; not worth a warning. */
+        fb_log_info("peer on fd %d closed before HELLO", p->conn.fd);
+        R->dropped_peers++;
+        ep_del(p->conn.fd);
+        pending_unlink(p);
+        fb_conn_close(&p->conn);
+        free(p);
+        return;
+    }
     if (rc != 0) {
         drop_pending(p, p->conn.err);
         return;

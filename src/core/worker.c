@@ -227,8 +227,10 @@ static void run_chunk(struct worker *w, const struct fb_wire_hdr *h,
         run_item(w, fn, task, arg, len);
         w->in_frame++;
         uint64_t now = fb_now_ns();
-        if (k + 1 < m.count && now - w->last_send_ns > FLUSH_NS) {
-            /* A long chunk: report what is done so far. */
+        /* A long chunk reports what is done so far; so does one whose
+         * results would outgrow a message. */
+        if (k + 1 < m.count && (now - w->last_send_ns > FLUSH_NS ||
+                                w->stage.len - w->mark > w->max_result)) {
             fb_wire_result_end(&w->stage, w->mark, w->in_frame, now - t0);
             send_staged(w, 0);
             offset += w->in_frame;
@@ -329,6 +331,11 @@ void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
         switch (hdr.type) {
         case FB_MSG_TASK:
             run_chunk(&w, &hdr, p);
+            /* Results of a slow chunk go out now rather than after the
+             * next one; fast chunks stay batched. */
+            if (fb_now_ns() - w.last_send_ns > FLUSH_NS ||
+                w.stage.len > w.max_result)
+                send_staged(&w, 0);
             break;
         case FB_MSG_STOP:
             send_staged(&w, 1);

@@ -668,4 +668,107 @@ TEST(many_apply_async_with_backpressure)
     fiber_pool_free(p);
 }
 
+TEST(idle_pool_keeps_its_workers)
+{
+    CHECK_OK(fiber_config_set("heartbeat_ms", "50"));
+    fiber_pool *p = make_pool(2);
+    int64_t x = 3;
+    fiber_buf b = {0};
+    CHECK_OK(fiber_pool_apply(p, "square", &x, 8, &b));
+    sleep_ms(1500); /* 30 heartbeat intervals with nobody calling */
+    b.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "square", &x, 8, &b));
+    CHECK_EQ(buf_i64(&b), 9);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.workers_lost, 0);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+}
+
+TEST(results_of_slow_tasks_are_not_held_back)
+{
+    fiber_pool *p = make_pool(1);
+    int64_t ms = 500;
+    fiber_future *f1, *f2;
+    uint64_t t0 = fb_now_ms();
+    CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, NULL, NULL,
+                                    &f1));
+    CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, NULL, NULL,
+                                    &f2));
+    CHECK_OK(fiber_future_get(f1, NULL, 20000));
+    uint64_t first = fb_now_ms() - t0;
+    CHECK_OK(fiber_future_get(f2, NULL, 20000));
+    CHECK(first < 900); /* not after the second task too */
+    fiber_future_free(f1);
+    fiber_future_free(f2);
+    fiber_pool_free(p);
+}
+
+TEST(terminate_with_an_unread_iterator)
+{
+    enum { N = 20000 };
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(N);
+    fiber_imap *unordered, *ordered;
+    CHECK_OK(fiber_pool_imap(p, "square", in, 8, N, 0, 0, &unordered));
+    CHECK_OK(fiber_pool_imap(p, "square", in, 8, N, 0, 1, &ordered));
+    sleep_ms(200); /* both windows fill up */
+    CHECK_OK(fiber_pool_terminate(p));
+    fiber_buf b = {0};
+    size_t idx, got = 0;
+    int rc;
+    while ((rc = fiber_imap_next(ordered, &idx, &b, 1000)) == 0) {
+        CHECK_EQ(idx, got);
+        CHECK_EQ(buf_i64(&b), (int64_t)(idx * idx));
+        b.len = 0;
+        got++;
+    }
+    CHECK_EQ(rc, FIBER_ECLOSED);
+    CHECK(got < N);
+    while ((rc = fiber_imap_next(unordered, &idx, &b, 1000)) == 0)
+        b.len = 0;
+    CHECK_EQ(rc, FIBER_ECLOSED);
+    fiber_imap_free(ordered);
+    fiber_imap_free(unordered);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(in);
+}
+
+TEST(close_and_join_with_an_unread_iterator)
+{
+    enum { N = 20000 };
+    fiber_pool *p = make_pool(2);
+    int64_t *in = iota(N);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap(p, "square", in, 8, N, 0, 1, &it));
+    CHECK_OK(fiber_pool_close(p));
+    CHECK_OK(fiber_pool_join(p, 20000));
+    fiber_buf b = {0};
+    size_t idx;
+    int rc;
+    while ((rc = fiber_imap_next(it, &idx, &b, 2000)) == 0)
+        b.len = 0;
+    CHECK_EQ(rc, FIBER_ECLOSED); /* not a hang */
+    fiber_imap_free(it);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(in);
+}
+
+TEST(resize_of_an_idle_pool_takes_effect_at_once)
+{
+    fiber_pool *p = make_pool(1);
+    CHECK_OK(fiber_pool_apply(p, "square", &(int64_t){2}, 8, NULL));
+    CHECK_OK(fiber_pool_resize(p, 3));
+    int a = 0;
+    for (int i = 0; i < 300 && a < 3; i++) {
+        sleep_ms(10);
+        a = alive_workers(p);
+    }
+    CHECK_EQ(a, 3);
+    fiber_pool_free(p);
+}
+
 TH_MAIN()

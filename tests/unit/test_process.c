@@ -210,6 +210,17 @@ TEST(join_times_out_while_running)
     fiber_process_free(p);
 }
 
+TEST(process_outlives_many_heartbeats)
+{
+    CHECK_OK(fiber_config_set("heartbeat_ms", "50"));
+    fiber_process *p = start_int("sleeper", 1500);
+    CHECK_OK(fiber_process_join(p, 20000));
+    int code;
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    CHECK_EQ(code, 0);
+    fiber_process_free(p);
+}
+
 TEST(terminate_sends_sigterm)
 {
     fiber_process *p = start_int("sleeper", 60000);
