@@ -457,19 +457,33 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
     rc = pool_configure(p, opts);
     if (rc == 0)
         rc = fb_pool_sched_init(p);
-    if (rc == 0) {
-        pthread_mutex_lock(&p->mu);
-        rc = fb_pool_grow(p, p->target);
-        pthread_mutex_unlock(&p->mu);
-    }
+    p->spin_allowed = (unsigned)p->target + 1 <= p->ncpu;
+    p->n_live = p->target;
+    fb_spin_init(&p->spin, 50);
     if (rc == 0)
         rc = start_bg(p);
+    /* Launch in small groups, letting go of the lock between them, so
+     * that the first workers are admitted while the rest start. */
+    for (int started = 0; rc == 0 && started < p->target;) {
+        int n = p->target - started < 16 ? p->target - started : 16;
+        pthread_mutex_lock(&p->mu);
+        rc = fb_pool_grow(p, n);
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mu);
+        started += n;
+    }
     if (rc) {
+        if (p->bg_running) {
+            pthread_mutex_lock(&p->mu);
+            p->bg_stop = 1;
+            pthread_cond_broadcast(&p->cond);
+            pthread_mutex_unlock(&p->mu);
+            pthread_join(p->bg, NULL);
+        }
         fb_pool_sched_fini(p);
         pool_release(p);
         return rc;
     }
-    p->spin_allowed = (unsigned)p->target + 1 <= p->ncpu;
     *out = p;
     return 0;
 }

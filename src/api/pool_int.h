@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/runtime.h"
+#include "core/spin.h"
 #include "net/net.h"
 
 #define POOL_MAGIC 0x504f4f4cu /* "POOL" */
@@ -155,6 +156,9 @@ struct fiber_pool {
     char *job_strs[4];      /* name, backend, image, workdir copies */
     int heartbeat_ms;
     int spin_allowed;
+    struct fb_spin spin;
+    int n_live;             /* live workers, as of the last maintain */
+    uint64_t last_maintain_ms;
     unsigned ncpu;
     uint32_t max_frame;
 

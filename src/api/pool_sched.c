@@ -26,10 +26,12 @@
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
 #define MAX_CREDIT 1024
+#define LONG_TASK_NS 5000000.0   /* beyond this a worker holds one task */
 #define MAX_AUTO_CHUNK 4096
 #define HEARTBEAT_MISSES 10
 #define STARTUP_FAILURES_MAX 3
 #define TIMER_MS 100
+#define MAINTAIN_MS 5
 
 /* ---- the inbox: what the service thread tells us --------------------- */
 
@@ -366,12 +368,14 @@ static void worker_connected(struct fiber_pool *p, struct fb_worker *w,
         worker_lost(p, w, fiber_last_error());
 }
 
-static void process_inbox(struct fiber_pool *p)
+/* Returns 1 if there was news. */
+static int process_inbox(struct fiber_pool *p)
 {
     pthread_mutex_lock(&p->inbox_mu);
     struct fb_inbox_ev *ev = p->inbox;
     p->inbox = NULL;
     pthread_mutex_unlock(&p->inbox_mu);
+    int news = ev != NULL;
     while (ev) {
         struct fb_inbox_ev *next = ev->next;
         if (ev->kind == IN_CONNECTED) {
@@ -385,14 +389,19 @@ static void process_inbox(struct fiber_pool *p)
         free(ev);
         ev = next;
     }
+    return news;
 }
 
 /* ---- dispatch ----------------------------------------------------------- */
 
+/* Tasks a worker may hold: about CREDIT_NS of work.  A task of unknown or
+ * long duration is held alone, so a busy worker never sits on work that
+ * an idle one could start (the round trip is small next to the task);
+ * short tasks are held two or more at a time to hide the round trip. */
 static uint32_t credit_limit(const struct fiber_pool *p)
 {
-    if (p->task_ns <= 0)
-        return 2;
+    if (p->task_ns <= 0 || p->task_ns > LONG_TASK_NS)
+        return 1;
     double c = CREDIT_NS / p->task_ns;
     return c < 2 ? 2 : c > MAX_CREDIT ? MAX_CREDIT : (uint32_t)c;
 }
@@ -408,7 +417,7 @@ static size_t chunk_size(const struct fiber_pool *p, const struct fb_batch *b,
     } else {
         double want = AUTO_CHUNK_NS / p->task_ns;
         c = want < 1 ? 1 : want > MAX_AUTO_CHUNK ? MAX_AUTO_CHUNK : (size_t)want;
-        int alive = live_workers(p);
+        int alive = p->n_live;
         size_t fair = remaining / (size_t)(4 * (alive > 0 ? alive : 1));
         if (c > fair)
             c = fair > 0 ? fair : 1;
@@ -536,6 +545,8 @@ static int feed_one(struct fiber_pool *p, struct fb_worker *w, uint32_t limit)
     p->queued -= sent;
     if (b->next == b->n)
         fb_pool_unqueue(p, b);
+    if (p->maxtasks > 0 && w->assigned >= (uint64_t)p->maxtasks)
+        w->retire = 1; /* STOP once it has answered */
     return sent > 0;
 }
 
@@ -545,12 +556,8 @@ static void feed_worker(struct fiber_pool *p, struct fb_worker *w)
     while (w->inflight < limit || w->inflight == 0) {
         if (w->head && w->head->isolated)
             break; /* a suspect runs alone */
-        if (!feed_one(p, w, limit))
+        if (!feed_one(p, w, limit) || w->retire)
             break;
-        if (p->maxtasks > 0 && w->assigned >= (uint64_t)p->maxtasks) {
-            w->retire = 1;
-            break;
-        }
     }
 }
 
@@ -560,6 +567,15 @@ void fb_pool_dispatch(struct fiber_pool *p)
         (RETRIES(p) == 0 && p->queued == 0))
         return;
     int n = p->n_workers;
+    uint32_t limit = credit_limit(p);
+    /* Breadth first: every idle worker gets work before any worker gets
+     * more, so a batch smaller than the pool spreads over all of it. */
+    for (int k = 0; k < n; k++) {
+        struct fb_worker *w = p->workers[(p->rr + k) % n];
+        if (w->state == W_READY && !w->retire && w->has_conn &&
+            w->inflight == 0 && !feed_one(p, w, limit) && w->inflight == 0)
+            break; /* nothing left to give */
+    }
     for (int k = 0; k < n; k++) {
         struct fb_worker *w = p->workers[(p->rr + k) % n];
         if (w->state == W_READY && !w->retire && w->has_conn)
@@ -787,11 +803,17 @@ static void fail_all_pending(struct fiber_pool *p, int code, const char *msg)
     }
 }
 
-static void maintain(struct fiber_pool *p)
+/* Keeps the pool the right size.  It walks every worker, so with many
+ * workers it runs at most every MAINTAIN_MS unless something changed
+ * (force: the inbox had news). */
+static void maintain(struct fiber_pool *p, int force)
 {
     if (p->terminated)
         return;
     uint64_t now = fb_now_ms();
+    if (!force && now - p->last_maintain_ms < MAINTAIN_MS)
+        return;
+    p->last_maintain_ms = now;
     check_heartbeats(p, now);
     if (p->broken[0]) {
         fail_all_pending(p, FIBER_ESPAWN, p->broken);
@@ -808,6 +830,7 @@ static void maintain(struct fiber_pool *p)
                      "cannot start pool workers: %s", fiber_last_error());
     }
     send_stops(p);
+    p->n_live = live_workers(p);
     p->spin_allowed = (unsigned)fb_pool_alive_workers(p) + 1 <= p->ncpu;
 }
 
@@ -856,17 +879,20 @@ static void wait_events(struct fiber_pool *p, int timeout_ms)
 {
     struct epoll_event evs[64];
     int n = 0;
-    int spin = p->spin_allowed;
+    unsigned spin_us = p->spin_allowed ? fb_spin_budget(&p->spin) : 0;
     pthread_mutex_unlock(&p->mu);
-    if (spin) {
-        uint64_t until = fb_now_ns() + SPIN_US * 1000u;
+    if (spin_us) {
+        uint64_t until = fb_now_ns() + spin_us * 1000u;
         do
             n = epoll_wait(p->epfd, evs, (int)FB_ARRAY_LEN(evs), 0);
         while (n == 0 && fb_now_ns() < until);
     }
+    int spun = n > 0;
     if (n == 0)
         n = epoll_wait(p->epfd, evs, (int)FB_ARRAY_LEN(evs), timeout_ms);
     pthread_mutex_lock(&p->mu);
+    if (spin_us)
+        fb_spin_result(&p->spin, spun);
     if (n > 0)
         handle_events(p, evs, n);
 }
@@ -910,8 +936,8 @@ int fb_pool_progress(struct fiber_pool *p, int (*done)(void *), void *arg,
                      uint64_t deadline_ms)
 {
     for (;;) {
-        process_inbox(p);
-        maintain(p);
+        int news = process_inbox(p);
+        maintain(p, news);
         fb_pool_dispatch(p);
         fb_pool_flush(p);
         if (p->cb_head) {

@@ -275,6 +275,11 @@ FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
         return rc;
     if (len && !data)
         return fb_err(FIBER_EINVAL, "data is NULL with a length");
+    uint32_t max = fb_rt_config()->max_message_bytes;
+    if (len > max - 64)
+        return fb_err(FIBER_ETOOBIG,
+                      "a message of %zu bytes exceeds max_message_bytes (%u)",
+                      len, max);
     fiber_iov item = {data, len};
     return fb_ocall(q->c, q->obj, Q_PUT, timeout_ms, &item, 1, NULL);
 }

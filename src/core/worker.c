@@ -24,6 +24,7 @@
 #include "core/child.h"
 #include "core/common.h"
 #include "core/log.h"
+#include "core/spin.h"
 #include "core/runtime.h"
 #include "core/task.h"
 
@@ -33,6 +34,7 @@
 struct worker {
     struct fb_child *ch;
     uint32_t spin_us;
+    struct fb_spin spin;
     uint32_t max_result;
     fiber_buf arg;    /* aligned copy of the current argument */
     fiber_buf result; /* the current task's output */
@@ -247,6 +249,7 @@ static void run_initializer(struct worker *w, const uint8_t *payload,
 {
     fb_wire_get_pool(payload, len, m, NULL, 0);
     w->spin_us = m->spin_us;
+    fb_spin_init(&w->spin, m->spin_us);
     if (m->init_task_len == 0)
         return;
     char task[FB_WIRE_NAME_MAX + 1];
@@ -279,14 +282,18 @@ static void wait_input(struct worker *w)
 {
     struct fb_conn *c = &w->ch->conn;
     size_t before = c->in.len - c->in_off;
-    if (w->spin_us) {
-        uint64_t until = fb_now_ns() + (uint64_t)w->spin_us * 1000u;
+    unsigned spin_us = w->spin_us ? fb_spin_budget(&w->spin) : 0;
+    if (spin_us) {
+        uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
         do {
             if (fb_conn_read(c) != 0)
                 fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", c->err);
-            if (c->in.len - c->in_off != before)
+            if (c->in.len - c->in_off != before) {
+                fb_spin_result(&w->spin, 1);
                 return;
+            }
         } while (fb_now_ns() < until);
+        fb_spin_result(&w->spin, 0);
     }
     for (;;) {
         short events = POLLIN;
