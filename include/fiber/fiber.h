@@ -242,9 +242,9 @@ FIBER_API const char *fiber_version(void);
  *                        itself (default 30000)
  *   terminate_grace_ms   SIGTERM to SIGKILL delay (default 2000)
  *   max_message_bytes    largest frame a peer may send (default 64 MiB)
- *   heartbeat_ms         pool workers say they are alive this often; one
- *                        silent for 10 intervals is lost (default 1000;
- *                        0 = off)
+ *   heartbeat_ms         children say they are alive this often; a pool
+ *                        worker silent for 10 intervals is lost (default
+ *                        1000; 0 = off)
  *
  * Each key can be set in .fiberconfig (INI: "key = value", optionally under
  * a [fiber] section), in the environment as FIBER_<KEY> (upper case), or in
@@ -358,9 +358,12 @@ FIBER_API void fiber_process_free(fiber_process *p);
  * sized from the measured task time.
  *
  * Resilience: when a worker's job ends or it stops heart-beating, the tasks
- * it held go back to the queue one by one and a replacement starts.  The
- * task that was running when a worker died is blamed; once a task has
- * killed max_task_crashes workers (default 3) it fails with
+ * it held go back to the queue one by one and a replacement starts.  A
+ * task that crashes its worker (a fatal signal, or exit()) is named by the
+ * worker itself and charged; when a worker vanishes without a word
+ * (SIGKILL, the OOM killer) holding several tasks, each of them runs alone
+ * next time, so that a second death is charged to the right one.  Once a
+ * task has been charged max_task_crashes times (default 3) it fails with
  * FIBER_ECRASHED.  Every result reaches the caller exactly once.
  *
  * Threads: pool calls may be made from any thread.  The thread that waits
@@ -411,7 +414,9 @@ typedef struct fiber_iov {
 } fiber_iov;
 
 /* A completion callback: rc is 0 or the task's failure code
- * (FIBER_ETASK, FIBER_ECRASHED, FIBER_ECLOSED); data/len are its result
+ * (FIBER_ETASK, FIBER_ECRASHED, FIBER_ECLOSED when the pool was
+ * terminated, FIBER_ESPAWN when no worker could start, FIBER_ENOMEM);
+ * data/len are its result
  * bytes, or its failure message when rc != 0.  The memory is valid only
  * during the call. */
 typedef void (*fiber_done_fn)(void *ud, int rc, const void *data, size_t len);
@@ -428,7 +433,9 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts);
 /* Runs task once with arg and waits for it.  On success the result bytes
  * are appended to out (which may be NULL to discard them).  Returns 0,
  * FIBER_ETASK (the task failed; fiber_last_error() has its message),
- * FIBER_ECRASHED, FIBER_ENOTASK, FIBER_ECLOSED (pool closed). */
+ * FIBER_ECRASHED, FIBER_ENOTASK, FIBER_ECLOSED (pool closed),
+ * FIBER_ESPAWN (no worker could start), FIBER_ETOOBIG (argument over half
+ * of max_message_bytes), FIBER_EINVAL. */
 FIBER_API int fiber_pool_apply(fiber_pool *p, const char *task,
                                const void *arg, size_t len, fiber_buf *out);
 
@@ -517,8 +524,12 @@ FIBER_API void fiber_future_free(fiber_future *f);
 /* Accepts no more tasks; what was submitted still runs. */
 FIBER_API int fiber_pool_close(fiber_pool *p);
 
-/* Waits until every submitted task has completed and, if the pool is
- * closed, until its workers have exited.  Returns 0 or FIBER_ETIMEDOUT. */
+/* Waits until every submitted task has completed (and every callback has
+ * returned) and, if the pool is closed, until its workers have exited.
+ * An iterator is not waited for while the pool is open (its reader paces
+ * it); once the pool is closed, an unread iterator is cut: its reader
+ * gets the results that came, then FIBER_ECLOSED.  Returns 0 or
+ * FIBER_ETIMEDOUT. */
 FIBER_API int fiber_pool_join(fiber_pool *p, int timeout_ms);
 
 /* Stops the workers now (SIGTERM, then SIGKILL after the grace period).
@@ -527,7 +538,9 @@ FIBER_API int fiber_pool_terminate(fiber_pool *p);
 
 /* Changes the number of workers while tasks run.  Growing starts jobs;
  * shrinking retires idle workers first and the others once their current
- * tasks are done (no task is lost).  Returns 0 or FIBER_EINVAL. */
+ * tasks are done (no task is lost).  Takes effect at once, whether or not
+ * a call is waiting.  Returns 0, FIBER_EINVAL, or FIBER_ECLOSED (closed
+ * pool). */
 FIBER_API int fiber_pool_resize(fiber_pool *p, int workers);
 
 /* Fills *st with the pool's counters. */
@@ -617,6 +630,426 @@ FIBER_API int fiber_pipe_close(fiber_pipe *p);
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len);
 FIBER_API void fiber_pipe_free(fiber_pipe *p);
+
+/* ------------------------------------------------------------------------
+ * Rings: collectives among N processes (allreduce, broadcast) over float
+ * arrays, for data-parallel training.
+ *
+ * The master creates a ring of n members (fiber_ring_create), serialises
+ * it into each member's argument (fiber_ring_serialize) and starts the
+ * member processes.  Each member calls fiber_ring_join with its rank,
+ * 0..n-1; the call waits until all n have joined (a rendezvous object on
+ * the master's object server), then connects the member to its two
+ * neighbours, rank+1 and rank-1 modulo n, over sockets of their own: the
+ * data of a collective never passes through the master.  Both ends of
+ * each link prove that they belong to the run and to this ring; anything
+ * else that connects to a member while the ring forms is dropped.  The
+ * master may be a member too.  A ring forms once; to form again, create a
+ * new ring.
+ *
+ * Every member makes the same collective calls in the same order with the
+ * same sizes, roots, types and operations; a member that does not is
+ * detected by its neighbour and the call fails with FIBER_EPROTO.  The
+ * algorithm is the ring's: each member sends and receives about twice the
+ * array whatever n is, and sends while it receives, so arrays of any size
+ * work.  Every member ends with bitwise identical results.  Data travels
+ * in the host's byte order: every member runs the same program.
+ *
+ * Failure: when a member dies, fails or frees its handle, no other member
+ * waits for it forever.  Every call that needs data the lost member would
+ * have sent or passed on fails, with FIBER_ECLOSED (a link ended) or
+ * FIBER_ETIMEDOUT (a member is alive but did not take part in time): in
+ * an allreduce the lost member took no part in, that is every member's
+ * call.  A member whose part of a call does not depend on it (the root of
+ * a broadcast, or one whose neighbour left just after doing its part)
+ * completes that call, and a later one fails.  A member that fails closes
+ * both its links, so the error travels round the ring within
+ * milliseconds.  Once failed, a member stays failed: later calls return
+ * FIBER_ESTATE (with the first failure in fiber_last_error()).  A call
+ * refused for bad arguments (FIBER_EINVAL) does not break the ring.
+ *
+ * Threads: a member handle serves one call at a time; a second call made
+ * while one runs fails with FIBER_ESTATE.  Different handles may be used
+ * by different threads, so one process may hold several members.
+ * ------------------------------------------------------------------------ */
+typedef struct fiber_ring fiber_ring;
+
+/* The most members a ring may have. */
+#define FIBER_RING_MAX_MEMBERS 4096
+
+/* Element types of fiber_ring_allreduce. */
+enum fiber_dtype {
+    FIBER_FLOAT32 = 1, /* float */
+    FIBER_FLOAT64 = 2, /* double */
+};
+
+/* Reductions of fiber_ring_allreduce. */
+enum fiber_reduce_op {
+    FIBER_SUM = 1,  /* elementwise sum */
+    FIBER_MEAN = 2, /* elementwise sum divided by the number of members */
+    FIBER_MAX = 3,  /* elementwise maximum; a NaN on any member gives NaN */
+};
+
+/* Creates a ring of n members (1 to FIBER_RING_MAX_MEMBERS) and its
+ * rendezvous on the master's object server, which starts with the first
+ * queue, pipe or ring.  On success *out is the creator's handle: it can be
+ * serialised and freed, but it is not a member (collectives on it fail
+ * with FIBER_ESTATE).  Only the master creates rings (FIBER_ENOTSUP
+ * elsewhere).  Returns 0, FIBER_EINVAL, FIBER_ENOTSUP, FIBER_ENOMEM or
+ * FIBER_ESYS (the server could not start). */
+FIBER_API int fiber_ring_create(fiber_ring **out, int n);
+
+/* Appends the ring's serialised form (tens of bytes: the rendezvous's
+ * address, the run's token, n) to out, for a member's task argument.  Any
+ * handle of the ring, creator or member, gives the same form.  Returns 0,
+ * FIBER_EINVAL or FIBER_ENOMEM. */
+FIBER_API int fiber_ring_serialize(fiber_ring *r, fiber_buf *out);
+
+/* Joins the ring whose serialised form is ser/len as member rank, in any
+ * process of the run (the master included).  The call listens on a socket
+ * of its own (a unix socket in the run's directory, or with transport =
+ * tcp a port on listen_host, which the other members must be able to
+ * reach), waits until all n members have joined, then links to the
+ * neighbours; the listening socket is closed before it returns.
+ * timeout_ms bounds the whole join.  On success *member is a new handle
+ * that the caller frees with fiber_ring_free().
+ *
+ * Returns 0; FIBER_EINVAL (not a ring's serialised form, rank out of
+ * range, or the rank has already joined); FIBER_ESTATE (this ring has
+ * already formed); FIBER_ETIMEDOUT (not every member joined, or a
+ * neighbour did not connect, in time); FIBER_ECLOSED (a neighbour left
+ * while the ring was being linked, or the master's server is gone);
+ * FIBER_EAUTH (a neighbour's address answered as something else);
+ * FIBER_ESYS.  On failure *member is unchanged.  A member that fails or
+ * dies before the ring forms frees its rank for another process to take. */
+FIBER_API int fiber_ring_join(fiber_ring **member, const void *ser,
+                              size_t len, int rank, int timeout_ms);
+
+/* Reduces the count elements at data (of type dtype, FIBER_FLOAT32 or
+ * FIBER_FLOAT64) over every member with op (FIBER_SUM, FIBER_MEAN,
+ * FIBER_MAX), in place: on return, data holds the same result on every
+ * member.  Every member must call it with the same count, dtype and op.
+ * count may be anything, including 0 and counts smaller than the ring;
+ * data may be NULL when count is 0.  With a single member it returns at
+ * once.  timeout_ms bounds the whole call.
+ *
+ * Returns 0; FIBER_EINVAL (bad handle, dtype, op or data; the ring is not
+ * affected); FIBER_ESTATE (a creator's handle, a failed ring, or another
+ * call on this handle is running); FIBER_ECLOSED (a member died, failed
+ * or left); FIBER_ETIMEDOUT; FIBER_EPROTO (the members' calls differ);
+ * FIBER_ENOMEM; FIBER_ESYS.  After a failure, data holds partial sums and
+ * the ring is broken (see above); the other members' calls fail too. */
+FIBER_API int fiber_ring_allreduce(fiber_ring *member, void *data,
+                                   size_t count, int dtype, int op,
+                                   int timeout_ms);
+
+/* Copies bytes bytes at data on member root to data on every other
+ * member.  Every member must call it with the same bytes and root.  The
+ * data is passed along the ring in pieces, each forwarded as soon as it
+ * arrives, so the time grows little with n.  Returns as
+ * fiber_ring_allreduce does (FIBER_EINVAL for a root out of range). */
+FIBER_API int fiber_ring_broadcast(fiber_ring *member, void *data,
+                                   size_t bytes, int root, int timeout_ms);
+
+/* Returns the member's rank (0..n-1), FIBER_ESTATE for the creator's
+ * handle, or FIBER_EINVAL. */
+FIBER_API int fiber_ring_rank(fiber_ring *r);
+
+/* Returns the number of members of the ring, or FIBER_EINVAL. */
+FIBER_API int fiber_ring_size(fiber_ring *r);
+
+/* Frees the handle.  A member's links close, so the other members' next
+ * collective fails with FIBER_ECLOSED (or the current one, if it still
+ * needs this member).  The creator's handle does not own the ring: freeing
+ * it changes nothing for the members.  NULL is a no-op. */
+FIBER_API void fiber_ring_free(fiber_ring *r);
+
+/* ------------------------------------------------------------------------
+ * Managers: shared objects served by a process of their own, the analogue
+ * of multiprocessing.Manager().
+ *
+ * A manager is a job of the configured backend whose only work is to host
+ * objects: dicts, lists, int64 values, locks, recursive locks, events,
+ * semaphores, barriers, conditions, queues, and "custom" objects whose
+ * methods are tasks of this program run inside the manager.  Any process
+ * of the run can use them: the master opens an object by name, serialises
+ * its handle into a child's argument (fiber_mobj_serialize), and the child
+ * opens it there (fiber_mobj_open).  Every process talks to the manager
+ * directly, over one connection per process that all its handles and
+ * threads share.
+ *
+ * Each object lives in the manager's single serving thread, so every
+ * operation is atomic with respect to every other: fiber_value_add from
+ * many processes at once loses nothing.
+ *
+ * Synchronous and asynchronous forms.  Every operation takes a trailing
+ * `fiber_future **f`:
+ *   - f == NULL: the call waits for the manager's answer, fills its
+ *     outputs and returns the status;
+ *   - f != NULL: the call sends the request and returns 0 at once with
+ *     *f a new future (free it with fiber_future_free); its outputs are
+ *     not touched.  A call that cannot be sent fails at once, with no
+ *     future: a bad argument, or FIBER_ECLOSED when the manager is already
+ *     known to be gone.  fiber_future_get(*f, out, timeout_ms) later returns
+ *     the operation's status and appends the answer, if it has one, to
+ *     out: the bytes for fiber_dict_get, fiber_list_get/pop and
+ *     fiber_custom_call; the keys list for fiber_dict_keys; and for an
+ *     operation with a scalar result (a length, a value, an index, is_set)
+ *     8 bytes holding an int64_t in host byte order (memcpy them out).
+ *     Operations without a result append nothing.
+ *   Several calls may be outstanding at once, from any threads; the
+ *   manager answers each when it can, in any order (an acquire of a held
+ *   lock waits while later calls are answered).  Freeing a future that is
+ *   not ready does not cancel its call: an acquire still takes the lock
+ *   for the thread that made it.
+ *
+ * Timeouts (acquire, the waits): a negative timeout waits forever; 0 does
+ * not wait and fails with FIBER_EAGAIN when the call would have to; a
+ * positive one fails with FIBER_ETIMEDOUT when it passes.  The manager
+ * keeps the time.
+ *
+ * Failures: a missing dict key or an index out of range is FIBER_ENOKEY;
+ * an operation on a handle of another kind is FIBER_EINVAL.  A client
+ * process that dies does not disturb the manager, and the locks, recursive
+ * locks and conditions it held are released to their next waiter
+ * (semaphores are not: they have no owner, as in Python).  A manager that
+ * dies makes every call on its objects fail with FIBER_ECLOSED, the calls
+ * waiting at that moment included, within moments; nothing hangs.
+ * ------------------------------------------------------------------------ */
+typedef struct fiber_manager fiber_manager;
+typedef struct fiber_mobj fiber_mobj;
+
+/* Starts a manager: a job of the configured backend (named "Manager-<n>"
+ * unless opts names it; opts may be NULL) that listens on a socket in the
+ * run directory, or on TCP when the transport is tcp, and waits up to 30 s
+ * until it serves.  Only the master starts managers.  On success *out is a
+ * new handle to free with fiber_manager_free().  Returns 0,
+ * FIBER_ENOTINIT, FIBER_ENOTSUP (called in a child), FIBER_EINVAL, or
+ * FIBER_ESPAWN (the job could not start or did not come up; the message
+ * says why); nothing runs after a failure. */
+FIBER_API int fiber_manager_start(fiber_manager **out,
+                                  const fiber_job_opts *opts);
+
+/* Stops the manager (SIGTERM, then SIGKILL after terminate_grace_ms) and
+ * frees the handle.  Its objects go with it: later calls on handles of
+ * its objects fail with FIBER_ECLOSED.  The handles themselves must still
+ * be freed.  NULL is a no-op. */
+FIBER_API void fiber_manager_free(fiber_manager *m);
+
+/* Opening objects.  Each opens the object called name (1..63 bytes) on m,
+ * creating it if it does not exist yet, and stores a new handle in *out
+ * (free it with fiber_mobj_free).  Opening a name that exists returns that
+ * object and ignores the initial values; a name that exists as another
+ * kind fails with FIBER_EINVAL.  name NULL creates a new object with a
+ * fresh name.  Returns 0, FIBER_EINVAL, FIBER_ENOMEM, or FIBER_ECLOSED
+ * (the manager has ended). */
+
+/* A dict: byte-string keys to byte-string values, keys kept in insertion
+ * order. */
+FIBER_API int fiber_manager_dict(fiber_manager *m, const char *name,
+                                 fiber_mobj **out);
+/* A list of byte strings. */
+FIBER_API int fiber_manager_list(fiber_manager *m, const char *name,
+                                 fiber_mobj **out);
+/* An int64_t, initially `initial`. */
+FIBER_API int fiber_manager_value(fiber_manager *m, const char *name,
+                                  int64_t initial, fiber_mobj **out);
+/* A lock (Python's Lock): one holder; any thread of any process may
+ * release it. */
+FIBER_API int fiber_manager_lock(fiber_manager *m, const char *name,
+                                 fiber_mobj **out);
+/* A recursive lock (RLock): its holder is one thread of one process, who
+ * may acquire it again and must release it as many times. */
+FIBER_API int fiber_manager_rlock(fiber_manager *m, const char *name,
+                                  fiber_mobj **out);
+/* An event, initially clear. */
+FIBER_API int fiber_manager_event(fiber_manager *m, const char *name,
+                                  fiber_mobj **out);
+/* A semaphore with value `initial` (>= 0). */
+FIBER_API int fiber_manager_semaphore(fiber_manager *m, const char *name,
+                                      int64_t initial, fiber_mobj **out);
+/* A barrier for `parties` (>= 1) waiters. */
+FIBER_API int fiber_manager_barrier(fiber_manager *m, const char *name,
+                                    unsigned parties, fiber_mobj **out);
+/* A condition variable with its own recursive lock (Python's
+ * Condition()). */
+FIBER_API int fiber_manager_condition(fiber_manager *m, const char *name,
+                                      fiber_mobj **out);
+/* A custom object: len bytes of state (copied; may be empty) that tasks
+ * of this program read and change inside the manager (fiber_custom_call,
+ * fiber_manager_state). */
+FIBER_API int fiber_manager_custom(fiber_manager *m, const char *name,
+                                   const void *state, size_t len,
+                                   fiber_mobj **out);
+
+/* Opens the queue called name (NULL: a new one) on the manager, holding at
+ * most capacity messages (0 = unbounded; used only when it is created),
+ * and stores a new fiber_queue handle in *out: a queue as in "Queues and
+ * pipes" above, living in the manager instead of the master. */
+FIBER_API int fiber_manager_queue(fiber_manager *m, const char *name,
+                                  size_t capacity, fiber_queue **out);
+
+/* Appends the handle's serialised form (tens of bytes: the manager's
+ * address, the run's token, the object and its kind) to out. */
+FIBER_API int fiber_mobj_serialize(fiber_mobj *o, fiber_buf *out);
+
+/* Opens a handle from a serialised form, in any process of the run.
+ * Returns 0, FIBER_EINVAL (not a serialised fiber_mobj), or the error of
+ * connecting to the manager (FIBER_EUNREACHABLE, FIBER_EAUTH, ...). */
+FIBER_API int fiber_mobj_open(fiber_mobj **out, const void *data,
+                              size_t len);
+
+/* Frees the handle (not the object, which lives as long as its manager).
+ * NULL is a no-op. */
+FIBER_API void fiber_mobj_free(fiber_mobj *o);
+
+/* ---- dict ---- */
+
+/* Sets key to a copy of val. */
+FIBER_API int fiber_dict_set(fiber_mobj *d, const void *key, size_t klen,
+                             const void *val, size_t vlen, fiber_future **f);
+/* Appends key's value to out (may be NULL).  FIBER_ENOKEY if absent. */
+FIBER_API int fiber_dict_get(fiber_mobj *d, const void *key, size_t klen,
+                             fiber_buf *out, fiber_future **f);
+/* Removes key.  FIBER_ENOKEY if absent. */
+FIBER_API int fiber_dict_del(fiber_mobj *d, const void *key, size_t klen,
+                             fiber_future **f);
+/* Stores the number of keys in *n (may be NULL). */
+FIBER_API int fiber_dict_len(fiber_mobj *d, size_t *n, fiber_future **f);
+/* Appends every key, in insertion order, to out as a list of (uint32_t
+ * length in host byte order, then the key's bytes). */
+FIBER_API int fiber_dict_keys(fiber_mobj *d, fiber_buf *out,
+                              fiber_future **f);
+
+/* ---- list ----
+ * Indexes are Python's: 0 is the first item, -1 the last. */
+
+/* Appends a copy of val. */
+FIBER_API int fiber_list_append(fiber_mobj *l, const void *val, size_t len,
+                                fiber_future **f);
+/* Appends item index to out (may be NULL).  FIBER_ENOKEY if out of
+ * range. */
+FIBER_API int fiber_list_get(fiber_mobj *l, int64_t index, fiber_buf *out,
+                             fiber_future **f);
+/* Replaces item index with a copy of val.  FIBER_ENOKEY if out of range. */
+FIBER_API int fiber_list_set(fiber_mobj *l, int64_t index, const void *val,
+                             size_t len, fiber_future **f);
+/* Stores the number of items in *n (may be NULL). */
+FIBER_API int fiber_list_len(fiber_mobj *l, size_t *n, fiber_future **f);
+/* Removes item index and appends it to out (may be NULL).  FIBER_ENOKEY
+ * if out of range. */
+FIBER_API int fiber_list_pop(fiber_mobj *l, int64_t index, fiber_buf *out,
+                             fiber_future **f);
+
+/* ---- value ----
+ * Arithmetic wraps around (two's complement) instead of overflowing. */
+
+/* Stores the value in *out (may be NULL). */
+FIBER_API int fiber_value_get(fiber_mobj *v, int64_t *out, fiber_future **f);
+/* Sets the value to x. */
+FIBER_API int fiber_value_set(fiber_mobj *v, int64_t x, fiber_future **f);
+/* Adds delta and stores the new value in *result (may be NULL). */
+FIBER_API int fiber_value_add(fiber_mobj *v, int64_t delta, int64_t *result,
+                              fiber_future **f);
+/* Compare-and-swap: if the value is expected, sets it to desired.  Stores
+ * the value found in *old (may be NULL): the swap happened exactly when
+ * *old == expected. */
+FIBER_API int fiber_value_cas(fiber_mobj *v, int64_t expected,
+                              int64_t desired, int64_t *old,
+                              fiber_future **f);
+
+/* ---- lock and rlock ----
+ * The holder is the calling thread of the calling process (an
+ * asynchronous acquire: the thread that made the call). */
+
+/* Acquires a lock or rlock, waiting up to timeout_ms.  An rlock its caller
+ * holds is acquired again at once (it must be released once more).
+ * Acquiring a plain lock one already holds waits, as in Python.  Returns
+ * 0, FIBER_EAGAIN, FIBER_ETIMEDOUT, FIBER_ECLOSED. */
+FIBER_API int fiber_lock_acquire(fiber_mobj *l, int timeout_ms,
+                                 fiber_future **f);
+/* Releases it; the longest waiter gets it next.  FIBER_ESTATE if it is not
+ * held, or, for an rlock, held by another thread or process. */
+FIBER_API int fiber_lock_release(fiber_mobj *l, fiber_future **f);
+
+/* ---- event ---- */
+
+/* Sets the flag and wakes every waiter. */
+FIBER_API int fiber_event_set(fiber_mobj *e, fiber_future **f);
+/* Clears the flag. */
+FIBER_API int fiber_event_clear(fiber_mobj *e, fiber_future **f);
+/* Stores 1 in *set if the flag is set, else 0 (set may be NULL). */
+FIBER_API int fiber_event_is_set(fiber_mobj *e, int *set, fiber_future **f);
+/* Waits up to timeout_ms for the flag to be set.  Returns 0 (it is set),
+ * FIBER_EAGAIN, FIBER_ETIMEDOUT. */
+FIBER_API int fiber_event_wait(fiber_mobj *e, int timeout_ms,
+                               fiber_future **f);
+
+/* ---- semaphore ---- */
+
+/* Takes one unit, waiting up to timeout_ms while the value is 0 (waiters
+ * are served in order).  Returns 0, FIBER_EAGAIN, FIBER_ETIMEDOUT. */
+FIBER_API int fiber_sem_acquire(fiber_mobj *s, int timeout_ms,
+                                fiber_future **f);
+/* Gives one unit back (any process may, as in Python; there is no upper
+ * bound). */
+FIBER_API int fiber_sem_release(fiber_mobj *s, fiber_future **f);
+
+/* ---- barrier ---- */
+
+/* Waits up to timeout_ms until `parties` callers are waiting, then all
+ * return 0, each with a different *index (may be NULL) from 0 to
+ * parties-1 in order of arrival.  As in Python, a wait that gives up
+ * breaks the barrier: it returns FIBER_ETIMEDOUT (FIBER_EAGAIN for
+ * timeout 0), the others waiting return FIBER_ESTATE, and so does every
+ * wait until fiber_barrier_reset(). */
+FIBER_API int fiber_barrier_wait(fiber_mobj *b, int timeout_ms, int *index,
+                                 fiber_future **f);
+/* Returns the barrier to its initial state; callers waiting get
+ * FIBER_ESTATE. */
+FIBER_API int fiber_barrier_reset(fiber_mobj *b, fiber_future **f);
+
+/* ---- condition ----
+ * Its lock is recursive and owned as an rlock's is. */
+
+/* Acquires the condition's lock (as fiber_lock_acquire). */
+FIBER_API int fiber_cond_acquire(fiber_mobj *c, int timeout_ms,
+                                 fiber_future **f);
+/* Releases it (as fiber_lock_release on an rlock). */
+FIBER_API int fiber_cond_release(fiber_mobj *c, fiber_future **f);
+/* Releases the lock entirely, waits up to timeout_ms for a notify, then
+ * takes the lock back (at its former depth) before returning, whatever the
+ * outcome: 0 when notified, FIBER_ETIMEDOUT (FIBER_EAGAIN for timeout 0)
+ * when not, both with the lock held again.  FIBER_ESTATE (lock not held by
+ * the caller) is the only failure that does not hold the lock. */
+FIBER_API int fiber_cond_wait(fiber_mobj *c, int timeout_ms,
+                              fiber_future **f);
+/* Wakes up to n (>= 0) waiters; they return once the caller releases the
+ * lock.  FIBER_ESTATE if the caller does not hold the lock. */
+FIBER_API int fiber_cond_notify(fiber_mobj *c, int n, fiber_future **f);
+/* Wakes every waiter. */
+FIBER_API int fiber_cond_notify_all(fiber_mobj *c, fiber_future **f);
+
+/* ---- custom objects ---- */
+
+/* Runs the registered task `task` inside the manager with the argument
+ * arg/len, as a method of o: while it runs, fiber_manager_state() gives it
+ * o's state, and nothing else runs in the manager (a method is atomic; it
+ * should be short, and must not call the same manager, which would wait
+ * for itself).  Its result bytes are appended to out (may be NULL).
+ * Returns 0, FIBER_ETASK (the task returned nonzero; its
+ * fiber_task_fail() message is in fiber_last_error()), FIBER_ENOTASK,
+ * FIBER_ECLOSED. */
+FIBER_API int fiber_custom_call(fiber_mobj *o, const char *task,
+                                const void *arg, size_t len, fiber_buf *out,
+                                fiber_future **f);
+
+/* Called by a task running as a custom object's method: stores a pointer
+ * to the object's state in *state.  The task may read and change it
+ * (append, truncate, rewrite: it is an ordinary fiber_buf owned by the
+ * manager) until it returns; the change is what later methods see.
+ * Returns 0, or FIBER_ESTATE outside a method. */
+FIBER_API int fiber_manager_state(fiber_buf **state);
 
 #ifdef __cplusplus
 }

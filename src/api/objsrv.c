@@ -31,6 +31,7 @@ struct fb_oconn {
     struct fb_conn conn;
     int authed;
     int want_out;
+    int doomed; /* a send failed: dropped at the next safe point */
     uint64_t hello_deadline_ms;
     struct fb_oconn *prev, *next;
 };
@@ -49,6 +50,7 @@ struct fb_objsrv {
     uint32_t next_id;
     struct fb_oreq *parked;
     uint64_t dropped;
+    int n_doomed;
     int stopping;
 };
 
@@ -88,11 +90,27 @@ static void conn_add(struct fb_objsrv *s, int fd)
     s->n_conns++;
 }
 
+/* A send to c failed.  Dropping it here would free it (and its parked
+ * requests) under whoever is replying: an object in the middle of handing
+ * a lock over, or the handler still holding c's current request.  So it
+ * is only marked; the loop drops it between events (reap_doomed). */
+static void conn_doom(struct fb_objsrv *s, struct fb_oconn *c)
+{
+    if (!c->doomed) {
+        fb_log_debug("object server: send on fd %d failed (%s); dropping "
+                     "the client", c->conn.fd, c->conn.err);
+        c->doomed = 1;
+        s->n_doomed++;
+    }
+}
+
 static void send_now(struct fb_objsrv *s, struct fb_oconn *c)
 {
+    if (c->doomed)
+        return;
     int rc = fb_conn_flush(&c->conn);
     if (rc < 0) {
-        conn_drop(s, c, c->conn.err);
+        conn_doom(s, c);
         return;
     }
     if ((rc == 1) != c->want_out) {
@@ -177,8 +195,8 @@ void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
                    size_t count)
 {
     struct fb_oconn *c = req->conn;
-    if (c && fb_wire_put_oreply(&c->conn.out, req->id, status, items,
-                                count) == 0)
+    if (c && !c->doomed &&
+        fb_wire_put_oreply(&c->conn.out, req->id, status, items, count) == 0)
         send_now(req->srv, c);
     req_free(req);
 }
@@ -359,6 +377,8 @@ static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
         for (struct fb_obj *o = s->objs; o; o = o->next)
             if (o->ops->conn_gone)
                 o->ops->conn_gone(o, c);
+    if (c->doomed)
+        s->n_doomed--;
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
     fb_conn_close(&c->conn);
     if (c->prev)
@@ -403,6 +423,8 @@ static int check_hello(struct fb_objsrv *s, struct fb_oconn *c,
 
 static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
 {
+    if (c->doomed)
+        return;
     if (events & EPOLLOUT) {
         send_now(s, c);
         return; /* the connection may be gone; read on the next round */
@@ -422,11 +444,7 @@ static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
             return;
         }
         serve(s, c, &h, p);
-        /* serve() may have dropped c (a failed send); stop if so. */
-        struct fb_oconn *it = s->conns;
-        while (it && it != c)
-            it = it->next;
-        if (!it)
+        if (c->doomed) /* a send failed: reap_doomed drops it */
             return;
     }
     if (got < 0)
@@ -437,19 +455,61 @@ static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
 
 /* ---- the loop ------------------------------------------------------------ */
 
+/* Drops the connections whose sends failed.  Dropping one tells every
+ * object, whose replies may doom others: hence the loop. */
+static void reap_doomed(struct fb_objsrv *s)
+{
+    while (s->n_doomed > 0) {
+        struct fb_oconn *c = s->conns;
+        while (c && !c->doomed)
+            c = c->next;
+        if (!c) { /* cannot happen: the count and the flags agree */
+            s->n_doomed = 0;
+            return;
+        }
+        conn_drop(s, c, c->conn.err[0] ? c->conn.err : "send failed");
+    }
+}
+
+/* Takes r off its wait queue and lets its object answer it. */
+static void expire_req(struct fb_objsrv *s, struct fb_oreq *r)
+{
+    waitq_unlink(r);
+    parked_unlink(r);
+    struct fb_obj *o = find_obj(s, r->obj);
+    if (o && o->ops->expire)
+        o->ops->expire(o, r);
+    else
+        fb_oreq_fail(r, FIBER_ETIMEDOUT, "timed out");
+}
+
+/* Answers the parked requests whose deadline passed.  An expiry may answer
+ * or free other parked requests (a barrier that breaks fails every
+ * waiter), so the scan starts again after each one. */
+static uint64_t expire_due(struct fb_objsrv *s, uint64_t now)
+{
+    for (;;) {
+        struct fb_oreq *r = s->parked;
+        while (r && r->deadline_ms > now)
+            r = r->pnext;
+        if (!r)
+            break;
+        expire_req(s, r);
+    }
+    uint64_t next = UINT64_MAX;
+    for (struct fb_oreq *r = s->parked; r; r = r->pnext)
+        if (r->deadline_ms < next)
+            next = r->deadline_ms;
+    return next;
+}
+
 /* Answers expired requests and drops silent peers; returns the time to the
  * next deadline for epoll_wait. */
 static int run_timers(struct fb_objsrv *s)
 {
-    uint64_t now = fb_now_ms(), next = UINT64_MAX;
-    struct fb_oreq *r = s->parked, *rn;
-    for (; r; r = rn) {
-        rn = r->pnext;
-        if (r->deadline_ms <= now)
-            fb_oreq_fail(r, FIBER_ETIMEDOUT, "timed out");
-        else if (r->deadline_ms < next)
-            next = r->deadline_ms;
-    }
+    uint64_t now = fb_now_ms();
+    uint64_t next = expire_due(s, now);
+    reap_doomed(s);
     struct fb_oconn *c = s->conns, *cn;
     for (; c; c = cn) {
         cn = c->next;
@@ -496,6 +556,7 @@ void fb_objsrv_run(struct fb_objsrv *s, int stop_fd)
             else
                 on_conn(s, d, evs[i].events);
         }
+        reap_doomed(s); /* after the batch: its events may name them */
     }
 }
 

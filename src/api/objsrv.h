@@ -69,6 +69,12 @@ struct fb_obj_ops {
     void (*conn_gone)(struct fb_obj *o, struct fb_oconn *c);
     /* Frees the state.  May be NULL. */
     void (*destroy)(struct fb_obj *o);
+    /* A parked request's deadline passed.  The server has already taken
+     * it off its wait queue; the object answers it, or parks it again
+     * after moving its deadline past now (a condition waiter that must
+     * re-acquire its lock first).  May answer other parked requests (a
+     * barrier breaks).  May be NULL: the server answers FIBER_ETIMEDOUT. */
+    void (*expire)(struct fb_obj *o, struct fb_oreq *req);
 };
 
 struct fb_obj {
@@ -177,6 +183,24 @@ int fb_owait_ready(struct fb_owait *w);
 int fb_owait_take(struct fb_owait *w, fiber_buf *out);
 void fb_owait_free(struct fb_owait *w);
 int fb_future_from_owait(struct fb_owait *w, fiber_future **f);
+
+/* ---- managers (manager.c, with mobj.c and queue.c) ---- */
+
+/* Creates a queue object named name (NULL: a fresh name) on the server at
+ * addr (queue.c). */
+int fb_queue_create_on(fiber_queue **out, const char *addr,
+                       const uint8_t *token, const char *name,
+                       size_t capacity);
+/* Opens (creating it if new) the object called name, of kind ("dict",
+ * "lock", ...: a kind of mobj.c), over c, the connection to the server at
+ * addr; params are the kind's creation parameters (mobj.c). */
+int fb_mobj_create(fiber_mobj **out, struct fb_oclient *c, const char *addr,
+                   const uint8_t *token, const char *kind, const char *name,
+                   const fiber_iov *params, size_t n);
+/* The manager's job and its server's address (for tests: kill it, dial
+ * it). */
+fiber_process *fb_manager_process(fiber_manager *m);
+const char *fb_manager_address(fiber_manager *m);
 
 /* Serialised handles: "FBH1" | kind u8 | u8 n | addr[n] | token[32] |
  * u32 obj | u32 extra.  The kinds: */

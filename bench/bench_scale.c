@@ -1,0 +1,599 @@
+/*
+ * bench_scale.c -- a pool of many local workers: how long until all are
+ * connected, how long 100 short tasks per worker take, and how much memory
+ * a worker costs; fiber against Python's multiprocessing.Pool.
+ *
+ * --workers N (default 1024; the Fiber paper used 2048) workers on this
+ * machine's 2 cores:
+ *
+ *   connect_s  from just before fiber_pool_create until the LAST worker has
+ *              connected, proved itself and received its pool assignment.
+ *              The pool API has no "connected" count (workers_alive counts
+ *              jobs started, connected or not), and tasks cannot probe
+ *              every worker (a connected worker may hold several tasks, so
+ *              N tasks need not reach N workers).  So the pool is given an
+ *              initializer, which every worker runs right after it is
+ *              admitted and just before it reports ready: it appends its
+ *              pid and a CLOCK_MONOTONIC timestamp (shared by all
+ *              processes) to a file.  The master polls that file until N
+ *              records are there; connect_s is the latest timestamp minus
+ *              the start.  The initializer costs one open/write/close.
+ *   total_s    then one fiber_pool_map of 100 * N tasks that each sleep
+ *              10 ms and return their pid (ideal 1.0 s), with automatic
+ *              chunking (which picks 1 for tasks this long; --chunksize
+ *              sets another).
+ *   rss_per_worker_kib
+ *              the sum of VmRSS (/proc/<pid>/status) over the N worker
+ *              pids divided by N, read after the map while the pool is
+ *              alive.  VmRSS counts shared pages (the binary, libc) in
+ *              every process; Pss, which shares them out, is reported too.
+ *
+ * sleep_floor_s (extra) is what the machine itself needs for the same
+ * sleeps: N processes forked without any framework, each sleeping 100
+ * times 10 ms, released together, timed until the last one exits.  On 2
+ * cores, 1024 processes waking 100 times a second each are already a load;
+ * no pool can beat this floor.
+ *
+ * The master raises its soft descriptor limit to the hard limit (it holds
+ * a socket and a pidfd per worker); if fiber still fails, the benchmark
+ * prints the limits and which one it most likely hit.
+ *
+ * The peer (peer/scale_peer.py) does the same with
+ * multiprocessing.Pool(N, initializer=...) and pool.map with its default
+ * chunking; --peer-workers runs it with another N when Python cannot cope.
+ * Output: a table on stdout, then as the LAST line one JSON object:
+ * workers, connect_s, total_s, rss_per_worker_kib (and extras), the peer's
+ * under "peer".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fiber/fiber.h>
+
+#include "bench_common.h"
+
+#define PROG "bench-scale"
+#define DEFAULT_WORKERS 1024
+#define TASKS_PER_WORKER 100
+#define TASK_MS 10
+/* One initializer record: "<pid> <ns>\n", padded to a fixed width so the
+ * master can count records from the file's size. */
+#define REC_LEN 40
+
+struct options {
+    long workers, peer_workers, timeout_s, chunksize;
+    int no_peer;
+};
+
+struct result {
+    double create_s, connect_s, total_s, rss_kib, pss_kib, free_s;
+    double master_rss_kib;
+    long workers, ran_tasks_min, ran_tasks_max, distinct;
+};
+
+/* The initializer: records this worker's pid and the time. */
+FIBER_TASK(bench_scale_init)
+{
+    char path[4096];
+    if (len == 0 || len >= sizeof path)
+        return fiber_task_fail("bench_scale_init wants a path");
+    memcpy(path, arg, len);
+    path[len] = '\0';
+    char rec[REC_LEN + 1];
+    snprintf(rec, sizeof rec, "%-12ld %-25" PRIu64, (long)getpid(),
+             bench_now_ns());
+    rec[REC_LEN - 1] = '\n';
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0)
+        return fiber_task_fail("open %s: %s", path, strerror(errno));
+    ssize_t w = write(fd, rec, REC_LEN);
+    close(fd);
+    return w == REC_LEN ? 0 : fiber_task_fail("short write to %s", path);
+}
+
+/* Sleeps TASK_MS and returns the worker's pid. */
+FIBER_TASK(bench_scale_task)
+{
+    struct timespec req = {0, TASK_MS * 1000000L};
+    while (nanosleep(&req, &req) != 0 && errno == EINTR)
+        continue;
+    int64_t pid = getpid();
+    return fiber_buf_append(out, &pid, sizeof pid);
+}
+
+/* ---- limits ------------------------------------------------------------- */
+
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            fprintf(stderr, PROG ": cannot raise RLIMIT_NOFILE from %llu: "
+                    "%s\n", (unsigned long long)was, strerror(errno));
+    }
+    getrlimit(RLIMIT_NOFILE, &rl);
+    printf(PROG ": descriptor limit (RLIMIT_NOFILE) soft %llu, hard %llu "
+           "(was soft %llu)\n", (unsigned long long)rl.rlim_cur,
+           (unsigned long long)rl.rlim_max, (unsigned long long)was);
+}
+
+static long read_long_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static long count_open_fds(void)
+{
+    char path[64];
+    long n = 0;
+    for (int fd = 0; fd < 65536; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        if (access(path, F_OK) == 0)
+            n++;
+    }
+    return n;
+}
+
+/* Says which system limit a failure most likely hit. */
+static void diagnose_limits(const char *err, long n)
+{
+    struct rlimit nofile, nproc;
+    getrlimit(RLIMIT_NOFILE, &nofile);
+    getrlimit(RLIMIT_NPROC, &nproc);
+    long pid_max = read_long_file("/proc/sys/kernel/pid_max");
+    long threads = read_long_file("/proc/sys/kernel/threads-max");
+    fprintf(stderr,
+            PROG ": limits: RLIMIT_NOFILE soft %llu hard %llu (open now: "
+            "%ld); RLIMIT_NPROC soft %llu; kernel.pid_max %ld; "
+            "kernel.threads-max %ld; workers wanted %ld\n",
+            (unsigned long long)nofile.rlim_cur,
+            (unsigned long long)nofile.rlim_max, count_open_fds(),
+            (unsigned long long)nproc.rlim_cur, pid_max, threads, n);
+    if (strstr(err, "Too many open files") || strstr(err, "EMFILE"))
+        fprintf(stderr, PROG ": LIMIT HIT: the master ran out of file "
+                "descriptors (RLIMIT_NOFILE %llu; it needs about 2 per "
+                "worker): raise the hard limit (ulimit -Hn) and run again\n",
+                (unsigned long long)nofile.rlim_cur);
+    else if (strstr(err, "Resource temporarily unavailable") ||
+             strstr(err, "EAGAIN"))
+        fprintf(stderr, PROG ": LIMIT HIT: no more processes could be "
+                "created (RLIMIT_NPROC %llu, pid_max %ld): raise ulimit -u "
+                "or kernel.pid_max\n", (unsigned long long)nproc.rlim_cur,
+                pid_max);
+    else if (strstr(err, "Cannot allocate memory") || strstr(err, "ENOMEM"))
+        fprintf(stderr, PROG ": LIMIT HIT: out of memory starting workers\n");
+    else if (strstr(err, "File table overflow") || strstr(err, "ENFILE"))
+        fprintf(stderr, PROG ": LIMIT HIT: the system-wide file table is "
+                "full (fs.file-max)\n");
+}
+
+/* ---- the machine's floor -------------------------------------------------- */
+
+/* Forks n plain processes that each sleep TASKS_PER_WORKER times TASK_MS
+ * once released, and times them from release until the last has exited
+ * (seen as EOF on a pipe whose write end each holds).  Returns the
+ * seconds, or -1. */
+static double sleep_floor(long n)
+{
+    int start[2], done[2];
+    if (pipe2(start, O_CLOEXEC) != 0 || pipe2(done, O_CLOEXEC) != 0) {
+        fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    long made = 0;
+    fflush(stdout);
+    fflush(stderr);
+    for (; pids && made < n; made++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, PROG ": fork (sleep floor, process %ld): %s\n",
+                    made + 1, strerror(errno));
+            break;
+        }
+        if (pid == 0) {
+            char c;
+            close(start[1]);
+            close(done[0]);
+            while (read(start[0], &c, 1) < 0 && errno == EINTR)
+                continue;
+            for (int k = 0; k < TASKS_PER_WORKER; k++) {
+                struct timespec req = {0, TASK_MS * 1000000L};
+                while (nanosleep(&req, &req) != 0 && errno == EINTR)
+                    continue;
+            }
+            _exit(0);
+        }
+        pids[made] = pid;
+    }
+    close(start[0]);
+    close(done[1]);
+    struct timespec settle = {0, 300 * 1000000L}; /* all block in read */
+    nanosleep(&settle, NULL);
+    double t0 = bench_now_s();
+    close(start[1]); /* EOF: every child starts sleeping */
+    char c;
+    for (;;) {
+        ssize_t k = read(done[0], &c, 1);
+        if (k == 0 || (k < 0 && errno != EINTR))
+            break;
+    }
+    double t = bench_now_s() - t0;
+    close(done[0]);
+    for (long i = 0; i < made; i++)
+        waitpid(pids[i], NULL, 0);
+    free(pids);
+    return made == n ? t : -1;
+}
+
+/* ---- fiber side ---------------------------------------------------------- */
+
+/* Reads the initializer records: pids into pids[] (up to max) and the
+ * latest timestamp.  Returns the number of records. */
+static long read_records(const char *path, long *pids, long max,
+                         uint64_t *latest)
+{
+    FILE *f = fopen(path, "r");
+    long n = 0;
+    *latest = 0;
+    if (!f)
+        return 0;
+    char line[REC_LEN + 8];
+    while (n < max && fgets(line, sizeof line, f)) {
+        long pid;
+        uint64_t ns;
+        if (sscanf(line, "%ld %" SCNu64, &pid, &ns) != 2)
+            continue;
+        pids[n++] = pid;
+        if (ns > *latest)
+            *latest = ns;
+    }
+    fclose(f);
+    return n;
+}
+
+static long file_records(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (long)(st.st_size / REC_LEN) : 0;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* How many tasks each worker ran: min, max and distinct workers. */
+static void spread(const int64_t *pids, size_t n, struct result *r)
+{
+    long *v = malloc(n * sizeof *v);
+    r->distinct = 0;
+    r->ran_tasks_min = r->ran_tasks_max = 0;
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        v[i] = (long)pids[i];
+    qsort(v, n, sizeof *v, cmp_long);
+    long lo = -1, hi = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && v[j] == v[i])
+            j++;
+        long c = (long)(j - i);
+        lo = lo < 0 || c < lo ? c : lo;
+        hi = c > hi ? c : hi;
+        r->distinct++;
+        i = j;
+    }
+    r->ran_tasks_min = lo < 0 ? 0 : lo;
+    r->ran_tasks_max = hi;
+    free(v);
+}
+
+static int wait_connected(fiber_pool *pool, int fd, long n, long timeout_s,
+                          uint64_t t0)
+{
+    double deadline = bench_now_s() + (double)timeout_s, next_note = 5;
+    long have = 0;
+    uint64_t lost_told = 0;
+    while ((have = file_records(fd)) < n) {
+        fiber_pool_stats st;
+        fiber_pool_stats_get(pool, &st);
+        double el = (double)(bench_now_ns() - t0) / 1e9;
+        if (el >= next_note) {
+            printf("  ... %.0f s: %ld of %ld workers connected (alive %d, "
+                   "lost %llu)\n", el, have, n, st.workers_alive,
+                   (unsigned long long)st.workers_lost);
+            fflush(stdout);
+            next_note += 5;
+        }
+        if (st.workers_lost > lost_told) {
+            fprintf(stderr, PROG ": %llu workers lost while starting (the "
+                    "pool replaces them)\n",
+                    (unsigned long long)st.workers_lost);
+            lost_told = st.workers_lost;
+        }
+        if (bench_now_s() > deadline) {
+            fprintf(stderr, PROG ": only %ld of %ld workers connected "
+                    "within %ld s (alive %d, started %llu, lost %llu)\n",
+                    have, n, timeout_s, st.workers_alive,
+                    (unsigned long long)st.workers_started,
+                    (unsigned long long)st.workers_lost);
+            diagnose_limits("", n);
+            return -1;
+        }
+        struct timespec ts = {0, 2 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static int run_fiber(const struct options *o, struct result *r)
+{
+    long n = o->workers;
+    char path[] = "/tmp/fiber-bench-scale-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        fprintf(stderr, PROG ": mkstemp: %s\n", strerror(errno));
+        return -1;
+    }
+    size_t ntasks = (size_t)n * TASKS_PER_WORKER;
+    uint64_t *in = calloc(ntasks, sizeof *in);
+    int64_t *out = calloc(ntasks, sizeof *out);
+    long *pids = calloc((size_t)n, sizeof *pids);
+    int rc = in && out && pids ? 0 : -1;
+    if (rc)
+        fprintf(stderr, PROG ": out of memory\n");
+    memset(r, 0, sizeof *r);
+    r->workers = n;
+    fiber_pool *pool = NULL;
+    fiber_pool_opts po = {.workers = (int)n,
+                          .initializer = "bench_scale_init",
+                          .initarg = path,
+                          .initarg_len = strlen(path)};
+    uint64_t t0 = bench_now_ns();
+    if (rc == 0 && fiber_pool_create(&pool, &po) != 0) {
+        char err[1024];
+        snprintf(err, sizeof err, "%s", fiber_last_error());
+        fprintf(stderr, PROG ": fiber_pool_create(%ld workers): %s\n", n,
+                err);
+        diagnose_limits(err, n);
+        rc = -1;
+    }
+    r->create_s = (double)(bench_now_ns() - t0) / 1e9;
+    if (rc == 0) {
+        printf("fiber  fiber_pool_create returned after %.3f s\n",
+               r->create_s);
+        fflush(stdout);
+        rc = wait_connected(pool, fd, n, o->timeout_s, t0);
+    }
+    if (rc == 0) {
+        uint64_t latest;
+        long got = read_records(path, pids, n, &latest);
+        r->connect_s = (double)(latest - t0) / 1e9;
+        printf("fiber  %ld workers connected after %.3f s\n", got,
+               r->connect_s);
+        fflush(stdout);
+        double t1 = bench_now_s();
+        int mrc = fiber_pool_map(pool, "bench_scale_task", in, sizeof *in,
+                                 ntasks, out, sizeof *out,
+                                 (size_t)o->chunksize);
+        r->total_s = bench_now_s() - t1;
+        if (mrc != 0) {
+            char err[1024];
+            snprintf(err, sizeof err, "%s", fiber_last_error());
+            fprintf(stderr, PROG ": map of %zu tasks: %s\n", ntasks, err);
+            diagnose_limits(err, n);
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        spread(out, ntasks, r);
+        int read = bench_sum_memory_kib(pids, (size_t)n, "VmRSS:",
+                                        &r->rss_kib);
+        bench_sum_memory_kib(pids, (size_t)n, "Pss:", &r->pss_kib);
+        r->rss_kib /= (double)n;
+        r->pss_kib /= (double)n;
+        long self = getpid();
+        bench_sum_memory_kib(&self, 1, "VmRSS:", &r->master_rss_kib);
+        if (read != n)
+            fprintf(stderr, PROG ": warning: read the memory of %d of %ld "
+                    "workers\n", read, n);
+        printf("fiber  %zu tasks of %d ms in %.3f s (ideal %.1f s); %ld "
+               "workers ran %ld..%ld tasks each\n", ntasks, TASK_MS,
+               r->total_s, TASKS_PER_WORKER * TASK_MS / 1000.0, r->distinct,
+               r->ran_tasks_min, r->ran_tasks_max);
+        printf("fiber  memory per worker: VmRSS %.0f KiB, Pss %.0f KiB; "
+               "master VmRSS %.0f KiB\n", r->rss_kib, r->pss_kib,
+               r->master_rss_kib);
+        fflush(stdout);
+    }
+    double t2 = bench_now_s();
+    fiber_pool_free(pool);
+    r->free_s = bench_now_s() - t2;
+    if (pool)
+        printf("fiber  fiber_pool_free took %.3f s\n", r->free_s);
+    close(fd);
+    unlink(path);
+    free(in);
+    free(out);
+    free(pids);
+    return rc;
+}
+
+/* ---- the peer ------------------------------------------------------------ */
+
+static int run_peer(const struct options *o, struct result *pr)
+{
+    char args[128], last[4096];
+    snprintf(args, sizeof args, "--workers %ld --timeout %ld",
+             o->peer_workers, o->timeout_s);
+    if (bench_run_peer(PROG, "scale_peer.py", args, last, sizeof last))
+        return -1;
+    double w;
+    memset(pr, 0, sizeof *pr);
+    if (bench_json_number(last, "workers", &w) ||
+        bench_json_number(last, "connect_s", &pr->connect_s) ||
+        bench_json_number(last, "total_s", &pr->total_s) ||
+        bench_json_number(last, "rss_per_worker_kib", &pr->rss_kib)) {
+        fprintf(stderr, PROG ": peer: missing figures in: %s", last);
+        return -1;
+    }
+    bench_json_number(last, "pss_per_worker_kib", &pr->pss_kib);
+    bench_json_number(last, "create_s", &pr->create_s);
+    pr->workers = (long)w;
+    return 0;
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: " PROG " [--workers N] [--peer-workers N] [--timeout S] "
+            "[--chunksize C] [--no-peer] [--help]\n"
+            "A pool of N local workers: seconds until all are connected, "
+            "seconds for\n100 tasks per worker that sleep 10 ms (ideal "
+            "1.0 s), memory per worker.\n"
+            "  --workers N       pool size (default %d)\n"
+            "  --peer-workers N  pool size for Python (default: N)\n"
+            "  --timeout S       give up connecting after S s (default 300)\n"
+            "  --chunksize C     fiber's chunksize for the map (default 0: "
+            "automatic)\n"
+            "  --no-peer         skip Python multiprocessing "
+            "(peer/scale_peer.py)\n"
+            "The last line of output is one JSON object.\n",
+            DEFAULT_WORKERS);
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    o->workers = DEFAULT_WORKERS;
+    o->peer_workers = 0;
+    o->timeout_s = 300;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+        if (strcmp(argv[i], "--no-peer") == 0) {
+            o->no_peer = 1;
+        } else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc) {
+            if (bench_parse_long(PROG, "--workers", argv[++i], 1, 65536,
+                                 &o->workers))
+                return -1;
+        } else if (strcmp(argv[i], "--peer-workers") == 0 && i + 1 < argc) {
+            if (bench_parse_long(PROG, "--peer-workers", argv[++i], 1, 65536,
+                                 &o->peer_workers))
+                return -1;
+        } else if (strcmp(argv[i], "--chunksize") == 0 && i + 1 < argc) {
+            if (bench_parse_long(PROG, "--chunksize", argv[++i], 0, 1000000,
+                                 &o->chunksize))
+                return -1;
+        } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
+            if (bench_parse_long(PROG, "--timeout", argv[++i], 1, 86400,
+                                 &o->timeout_s))
+                return -1;
+        } else {
+            fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
+            return -1;
+        }
+    }
+    if (o->peer_workers == 0)
+        o->peer_workers = o->workers;
+    return 0;
+}
+
+/* One table row; x = mp / fiber (every figure here is lower-is-better). */
+static void row(const char *what, double f, double p, int have_peer)
+{
+    int prec = f >= 100 ? 0 : 3;
+    printf("%-22s %12.*f", what, prec, f);
+    if (have_peer)
+        printf(" %12.*f %9.2fx\n", prec, p, p / f);
+    else
+        printf(" %12s %10s\n", "-", "-");
+}
+
+int main(int argc, char **argv)
+{
+    if (fiber_init(&argc, &argv) != 0) { /* children never return here */
+        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+        return 1;
+    }
+    struct options o = {0};
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0) {
+        usage(rc > 0 ? stdout : stderr);
+        return rc > 0 ? 0 : 2;
+    }
+    printf(PROG ": fiber %s, local backend, %ld workers, %d tasks of %d ms "
+           "per worker\n", fiber_version(), o.workers, TASKS_PER_WORKER,
+           TASK_MS);
+    raise_nofile();
+    double floor_s = sleep_floor(o.workers);
+    printf("floor  %ld plain processes sleeping %d x %d ms: %.3f s\n",
+           o.workers, TASKS_PER_WORKER, TASK_MS, floor_s);
+    struct result r, p;
+    if (run_fiber(&o, &r) != 0) {
+        fprintf(stderr, PROG ": FAILED\n");
+        return 1;
+    }
+    int have_peer = 0;
+    if (!o.no_peer && run_peer(&o, &p) == 0)
+        have_peer = 1;
+    else if (!o.no_peer)
+        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
+    if (have_peer && p.workers != r.workers)
+        printf("\nNOTE: the peer ran %ld workers, fiber %ld: compare "
+               "per-worker figures only\n", p.workers, r.workers);
+    printf("\n%-22s %12s %12s %10s\n", "", "fiber", "mp", "x");
+    if (have_peer)
+        printf("%-22s %12ld %12ld\n", "workers", r.workers, p.workers);
+    else
+        printf("%-22s %12ld %12s\n", "workers", r.workers, "-");
+    row("create (s)", r.create_s, p.create_s, have_peer);
+    row("connect_s", r.connect_s, p.connect_s, have_peer);
+    row("total_s (ideal 1.0)", r.total_s, p.total_s, have_peer);
+    printf("%-22s %12.3f  (no framework: %ld plain processes)\n",
+           "sleep floor (s)", floor_s, o.workers);
+    row("VmRSS/worker (KiB)", r.rss_kib, p.rss_kib, have_peer);
+    row("Pss/worker (KiB)", r.pss_kib, p.pss_kib, have_peer);
+    printf("(x = mp / fiber: above 1, fiber is faster or smaller; mp = "
+           "Python multiprocessing.Pool)\n\n");
+    printf("{\"workers\":%ld,\"connect_s\":%.4f,\"total_s\":%.4f,"
+           "\"rss_per_worker_kib\":%.1f,\"pss_per_worker_kib\":%.1f,"
+           "\"create_s\":%.4f,\"free_s\":%.4f,\"master_rss_kib\":%.0f,"
+           "\"tasks_per_worker_min\":%ld,\"tasks_per_worker_max\":%ld,"
+           "\"workers_used\":%ld,\"sleep_floor_s\":%.4f,\"chunksize\":%ld,",
+           r.workers, r.connect_s, r.total_s, r.rss_kib, r.pss_kib,
+           r.create_s, r.free_s, r.master_rss_kib, r.ran_tasks_min,
+           r.ran_tasks_max, r.distinct, floor_s, o.chunksize);
+    if (have_peer)
+        printf("\"peer\":{\"workers\":%ld,\"connect_s\":%.4f,\"total_s\":%.4f,"
+               "\"rss_per_worker_kib\":%.1f,\"pss_per_worker_kib\":%.1f,"
+               "\"create_s\":%.4f}}\n", p.workers, p.connect_s, p.total_s,
+               p.rss_kib, p.pss_kib, p.create_s);
+    else
+        printf("\"peer\":null}\n");
+    return 0;
+}
