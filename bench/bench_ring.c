@@ -16,8 +16,9 @@
  * beside a memcpy of the same size in one process, the speed of the
  * memory the bytes cross: on one machine every byte a member sends is
  * copied into the kernel and out again, and added, so a fraction of
- * memcpy is the ceiling.  With 8 members on a 2-core machine the ring is
- * oversubscribed; that is the point of the N = 8 figure.
+ * memcpy is the ceiling.  With more members than cores (4 and 8 on a
+ * 2-core machine) the members share the cores, and busbw falls about as
+ * cores/N: the figures then show what oversubscription costs.
  *
  * Python's multiprocessing has no allreduce, so there is no peer: "peer"
  * is null, with a note saying why.  Output: progress and a table on

@@ -688,22 +688,30 @@ static int cand_round(const fiber_ring *r, const struct joining *j,
     return pf[0].revents ? cand_accept(r, j, cs) : -1;
 }
 
-/* Waits for the previous rank among whatever connects to our socket. */
+/* Waits for the previous rank among whatever connects to our socket.  The
+ * link we dialed is watched too: if the next member fails its own join it
+ * closes that link, and failing here as well passes the news on even when
+ * the previous rank will never come and there is no timeout. */
 static int find_prev(const fiber_ring *r, const struct joining *j,
                      struct candidates *cs, int *won)
 {
     *won = -1;
     while (*won < 0) {
-        struct pollfd pf[1 + MAX_CANDIDATES];
+        struct pollfd pf[2 + MAX_CANDIDATES];
         pf[0] = (struct pollfd){.fd = j->listen_fd, .events = POLLIN};
         for (int i = 0; i < cs->n; i++)
             pf[1 + i] = (struct pollfd){.fd = cs->c[i].fd, .events = POLLIN};
-        int k = poll(pf, (nfds_t)(1 + cs->n), fb_ms_left(j->deadline));
+        pf[1 + cs->n] = (struct pollfd){.fd = j->next.fd, .events = POLLRDHUP};
+        int k = poll(pf, (nfds_t)(2 + cs->n), fb_ms_left(j->deadline));
         if (k == 0)
             return fb_err(FIBER_ETIMEDOUT, "ring rank %d: rank %d did not "
                           "connect in time", r->rank, mod(r->rank - 1, r->n));
         if (k < 0 && errno != EINTR)
             return fb_err_errno(FIBER_ESYS, "poll");
+        if (k > 0 && pf[1 + cs->n].revents)
+            return fb_err(FIBER_ECLOSED, "ring rank %d: rank %d left while "
+                          "the ring was being linked", r->rank,
+                          mod(r->rank + 1, r->n));
         if (k > 0)
             *won = cand_round(r, j, cs, pf);
     }

@@ -685,6 +685,59 @@ TEST(member_leaving_the_rendezvous_frees_its_rank)
     run_free(&rr);
 }
 
+/* Joins rank `rank` at the rendezvous as the master, giving a socket that
+ * the test listens on but never answers: a member that is lost once the
+ * ring has formed, while the others link.  The socket's descriptor goes to
+ * *fd.  (RDV_JOIN is ring.c's operation number.) */
+static fiber_future *join_as_ghost(fiber_ring *ring, int rank, int *fd,
+                                   char *ghost, size_t size)
+{
+    enum { RDV_JOIN = FB_OP_KIND + 0 };
+    fiber_buf ser = {0};
+    CHECK_OK(fiber_ring_serialize(ring, &ser));
+    char addr[600], want[700];
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+    uint32_t obj, n;
+    CHECK_OK(fb_handle_decode(ser.data, ser.len, FB_HANDLE_RING, addr,
+                              sizeof addr, token, &obj, &n));
+    snprintf(want, sizeof want, "%s.ghost", addr);
+    CHECK_OK(fb_sock_listen(want, 4, fd, ghost, size));
+    struct fb_oclient *c;
+    CHECK_OK(fb_oclient_get(addr, token, &c));
+    uint32_t r = (uint32_t)rank;
+    fiber_iov items[2] = {{&r, 4}, {ghost, strlen(ghost)}};
+    fiber_future *f;
+    CHECK_OK(fb_ocall_async(c, obj, RDV_JOIN, -1, items, 2, &f));
+    fb_oclient_release(c);
+    fiber_buf_free(&ser);
+    return f;
+}
+
+TEST(a_member_lost_while_linking_fails_the_others_without_a_timeout)
+{
+    /* Ranks 0 and 1 join with no timeout; rank 2 is the ghost.  Rank 1
+     * dials it and waits for its answer; rank 0 waits for it to connect.
+     * When the ghost goes, rank 1 fails, and rank 0 must hear of it
+     * through its link to rank 1 instead of waiting forever. */
+    struct ring_job t = {.timeout_ms = -1, .sizes = {10}};
+    struct ring_run rr;
+    char addrs[3][600], ghost[600];
+    int fd;
+    run_setup(&rr, 3, &t);
+    rr.procs[0] = start_rank(&rr, 0, M_ONCE);
+    rr.procs[1] = start_rank(&rr, 1, M_ONCE);
+    await_joined(rr.ring, 2, addrs);
+    fiber_future *f = join_as_ghost(rr.ring, 2, &fd, ghost, sizeof ghost);
+    CHECK_OK(fiber_future_get(f, NULL, 5000));
+    fiber_future_free(f);
+    sleep_ms(300); /* both are linking now */
+    close(fd);
+    unlink(ghost + 5);
+    CHECK_EQ(finish(rr.procs[1]), 50 - FIBER_ECLOSED);
+    CHECK_EQ(finish(rr.procs[0]), 50 - FIBER_ECLOSED);
+    run_free(&rr);
+}
+
 TEST(a_member_that_does_not_call_times_the_others_out)
 {
     /* Rank 1 calls 3 s late; rank 0 gives up after 400 ms and breaks the
