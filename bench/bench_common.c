@@ -1,17 +1,84 @@
 /*
- * bench_common.c -- helpers shared by the pool benchmarks; see
- * bench_common.h.
+ * bench_common.c -- helpers shared by the benchmarks; see bench_common.h.
  */
 #include "bench_common.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <fiber/fiber.h>
+
+/* ---- start-up and the command line ------------------------------------- */
+
+int bench_init(const char *prog, int *argc, char ***argv)
+{
+    if (fiber_init(argc, argv) != 0) {
+        fprintf(stderr, "%s: fiber_init: %s\n", prog, fiber_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+int bench_parse_long(const char *prog, const char *what, const char *text,
+                     long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "%s: %s wants %ld..%ld, not '%s'\n", prog, what, lo,
+                hi, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int bench_parse_args(const char *prog, int argc, char **argv,
+                     const struct bench_flag *flags)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return 1;
+        const struct bench_flag *f = flags;
+        while (f->name && strcmp(f->name, a) != 0)
+            f++;
+        if (!f->name) {
+            fprintf(stderr, "%s: unknown argument '%s'\n", prog, a);
+            return -1;
+        }
+        if (f->on) {
+            *f->on = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s wants a value\n", prog, a);
+            return -1;
+        }
+        const char *text = argv[++i];
+        if (f->value ? bench_parse_long(prog, a, text, f->lo, f->hi, f->value)
+                     : f->parse(prog, text, f->ctx))
+            return -1;
+    }
+    return 0;
+}
+
+int bench_usage_exit(int rc, void (*usage)(FILE *))
+{
+    usage(rc > 0 ? stdout : stderr);
+    return rc > 0 ? 0 : 2;
+}
+
+/* ---- clocks and statistics --------------------------------------------- */
 
 uint64_t bench_now_ns(void)
 {
@@ -44,20 +111,43 @@ double bench_percentile(const double *v, size_t n, double p)
     return v[rank - 1];
 }
 
-int bench_parse_long(const char *prog, const char *what, const char *text,
-                     long lo, long hi, long *out)
+struct bench_stats bench_summarize(double *v, size_t n)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s: %s wants %ld..%ld, not '%s'\n", prog, what, lo,
-                hi, text);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    struct bench_stats s;
+    s.median = bench_median(v, n);
+    s.min = v[0];
+    s.max = v[n - 1];
+    return s;
 }
+
+int bench_time_calls(const char *prog, const char *what,
+                     int (*call)(void *ctx), void *ctx, long warmup,
+                     long calls, struct bench_latency *out)
+{
+    double *us = malloc((size_t)calls * sizeof *us);
+    int rc = us ? 0 : -1;
+    for (long i = 0; i < warmup && rc == 0; i++)
+        rc = call(ctx);
+    for (long i = 0; i < calls && rc == 0; i++) {
+        uint64_t t0 = bench_now_ns();
+        rc = call(ctx);
+        us[i] = (double)(bench_now_ns() - t0) / 1e3;
+    }
+    if (rc == 0) {
+        struct bench_stats s = bench_summarize(us, (size_t)calls);
+        out->median_us = s.median;
+        out->p99_us = bench_percentile(us, (size_t)calls, 99);
+        out->min_us = s.min;
+        out->max_us = s.max;
+    } else {
+        fprintf(stderr, "%s: %s: %s\n", prog, what,
+                us ? fiber_last_error() : "out of memory");
+    }
+    free(us);
+    return rc ? -1 : 0;
+}
+
+/* ---- the peer ---------------------------------------------------------- */
 
 /* Appends s to buf in single quotes, so that any path survives sh: inside
  * them only ' itself is special, and it is written as '\''. */
@@ -68,7 +158,7 @@ static int shell_quote(char *buf, size_t size, const char *s)
         return -1;
     buf[k++] = '\'';
     for (; *s; s++) {
-        if (k + 6 > size)
+        if (k + 6 > size) /* room for '\'' plus the closing quote and NUL */
             return -1;
         if (*s == '\'') {
             memcpy(buf + k, "'\\''", 4);
@@ -144,18 +234,45 @@ int bench_run_peer(const char *prog, const char *script, const char *args,
     return 0;
 }
 
-int bench_json_number(const char *json, const char *key, double *out)
+int bench_peer_done(const char *prog, int rc)
 {
-    char pat[96];
+    if (rc == 0)
+        return 1;
+    fprintf(stderr, "%s: no peer figures; reporting \"peer\": null\n", prog);
+    return 0;
+}
+
+const char *bench_key(const char *fmt, ...)
+{
+    static char key[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(key, sizeof key, fmt, ap);
+    va_end(ap);
+    return key;
+}
+
+/* Where the value of "key": starts in json, or NULL.  The closing quote in
+ * the pattern keeps "ms_per_proc_1" from matching "ms_per_proc_16". */
+static const char *json_value(const char *json, const char *key)
+{
+    char pat[160];
     snprintf(pat, sizeof pat, "\"%s\"", key);
     const char *p = strstr(json, pat);
     if (!p)
-        return -1;
+        return NULL;
     p += strlen(pat);
     p += strspn(p, " \t");
     if (*p++ != ':')
+        return NULL;
+    return p + strspn(p, " \t");
+}
+
+int bench_json_number(const char *json, const char *key, double *out)
+{
+    const char *p = json_value(json, key);
+    if (!p)
         return -1;
-    p += strspn(p, " \t");
     char *end;
     errno = 0;
     double v = strtod(p, &end);
@@ -164,6 +281,169 @@ int bench_json_number(const char *json, const char *key, double *out)
     *out = v;
     return 0;
 }
+
+int bench_json_object(const char *json, const char *key, char *buf,
+                      size_t size)
+{
+    const char *open = json_value(json, key);
+    const char *close = open && *open == '{' ? strchr(open, '}') : NULL;
+    if (!close || (size_t)(close - open) + 2 > size)
+        return -1;
+    memcpy(buf, open, (size_t)(close - open) + 1);
+    buf[close - open + 1] = '\0';
+    return 0;
+}
+
+int bench_json_read(const char *prog, const char *json,
+                    const struct bench_figure *figs, size_t n, void *base)
+{
+    for (size_t i = 0; i < n; i++) {
+        double *dst = (double *)((char *)base + figs[i].offset);
+        if (bench_json_number(json, figs[i].key, dst) != 0 &&
+            !figs[i].optional) {
+            fprintf(stderr, "%s: peer: no number for \"%s\" in: %s", prog,
+                    figs[i].key, json);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int bench_peer_figures(const char *prog, const char *script, const char *args,
+                       const struct bench_figure *figs, size_t n, void *base)
+{
+    char last[8192];
+    if (bench_run_peer(prog, script, args, last, sizeof last) != 0)
+        return -1;
+    return bench_json_read(prog, last, figs, n, base);
+}
+
+/* ---- the JSON line ----------------------------------------------------- */
+
+static int json_depth, json_first;
+
+/* Starts a member: the comma before it (unless it is the first of its
+ * object) and its key. */
+static void json_member(const char *key)
+{
+    if (!json_first)
+        putchar(',');
+    json_first = 0;
+    if (key)
+        printf("\"%s\":", key);
+}
+
+void bench_json_open(const char *key)
+{
+    if (json_depth > 0)
+        json_member(key);
+    putchar('{');
+    json_depth++;
+    json_first = 1;
+}
+
+void bench_json_close(void)
+{
+    putchar('}');
+    json_first = 0;
+    if (--json_depth == 0)
+        putchar('\n');
+}
+
+void bench_json_num(const char *key, int decimals, double v)
+{
+    json_member(key);
+    printf("%.*f", decimals, v);
+}
+
+void bench_json_long(const char *key, long v)
+{
+    json_member(key);
+    printf("%ld", v);
+}
+
+void bench_json_null(const char *key)
+{
+    json_member(key);
+    printf("null");
+}
+
+void bench_json_string(const char *key, const char *s)
+{
+    json_member(key);
+    printf("\"%s\"", s);
+}
+
+void bench_json_write(const struct bench_figure *figs, size_t n,
+                      const void *base)
+{
+    for (size_t i = 0; i < n; i++)
+        bench_json_num(figs[i].key, figs[i].decimals,
+                       *(const double *)((const char *)base +
+                                         figs[i].offset));
+}
+
+int bench_json_open_peer(const void *peer)
+{
+    if (!peer) {
+        bench_json_null("peer");
+        return 0;
+    }
+    bench_json_open("peer");
+    return 1;
+}
+
+void bench_json_peer(const struct bench_figure *figs, size_t n,
+                     const void *peer)
+{
+    if (bench_json_open_peer(peer)) {
+        bench_json_write(figs, n, peer);
+        bench_json_close();
+    }
+}
+
+/* ---- the call-latency benchmarks ------------------------------------- */
+
+int bench_parse_calls_args(const char *prog, int argc, char **argv,
+                           long min_warmup, struct bench_calls_options *o)
+{
+    o->calls = BENCH_DEFAULT_CALLS;
+    o->warmup = BENCH_DEFAULT_WARMUP;
+    o->no_peer = 0;
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o->no_peer},
+        {"--calls", .value = &o->calls, .lo = 1, .hi = 10000000},
+        {"--warmup", .value = &o->warmup, .lo = min_warmup, .hi = 10000000},
+        {NULL},
+    };
+    return bench_parse_args(prog, argc, argv, flags);
+}
+
+int bench_peer_calls(const char *prog, const char *script,
+                     const struct bench_calls_options *o,
+                     const struct bench_figure *figs, size_t n, void *base)
+{
+    if (o->no_peer)
+        return 0;
+    char args[128];
+    snprintf(args, sizeof args, "--calls %ld --warmup %ld", o->calls,
+             o->warmup);
+    return bench_peer_done(prog,
+                           bench_peer_figures(prog, script, args, figs, n,
+                                              base));
+}
+
+void bench_json_calls_line(const struct bench_figure *figs, size_t n,
+                           const void *own, long calls, const void *peer)
+{
+    bench_json_open(NULL);
+    bench_json_write(figs, n, own);
+    bench_json_long("calls", calls);
+    bench_json_peer(figs, n, peer);
+    bench_json_close();
+}
+
+/* ---- /proc and the like ------------------------------------------------ */
 
 /* Reads the value of the line starting with kind in file, in kB. */
 static int read_kib(const char *file, const char *kind, double *kib)
@@ -201,4 +481,28 @@ int bench_sum_memory_kib(const long *pids, size_t n, const char *kind,
         }
     }
     return read;
+}
+
+long bench_read_long_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+long bench_count_open_fds(void)
+{
+    char path[64];
+    long n = 0;
+    for (int fd = 0; fd < 65536; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        if (access(path, F_OK) == 0)
+            n++;
+    }
+    return n;
 }

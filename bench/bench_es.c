@@ -22,26 +22,22 @@
  * Output: progress and tables on stdout, then as the LAST line one JSON
  * object; diagnostics go to stderr.
  */
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <fiber/fiber.h>
 
+#include "bench_common.h"
 #include "env.h"
 #include "noise.h"
 #include "rollout.h"
 #include "train.h"
 
-#ifndef FIBER_BENCH_PEER_DIR
-#error "FIBER_BENCH_PEER_DIR must name the directory holding es_peer.py"
-#endif
+#define PROG "bench-es"
 
 #define MAX_COUNTS 16     /* worker counts 1 .. 2^15 */
 #define POP_B 2048        /* pairs per iteration in (b) */
@@ -49,11 +45,11 @@
 #define EFF_SIGMA 0.02f   /* small: perturbed policies keep balancing */
 
 struct options {
-    int max_workers; /* (b) goes 1, 2, 4, ... up to this */
+    long max_workers; /* (b) goes 1, 2, 4, ... up to this */
     int quick;
     int no_peer;
-    int rounds;      /* (a) rounds; (b) measured iterations per count */
-    int pairs;       /* (a) pairs per round */
+    long rounds;      /* (a) rounds; (b) measured iterations per count */
+    long pairs;       /* (a) pairs per round */
 };
 
 struct results {
@@ -68,25 +64,6 @@ struct results {
     int have_peer;
     double peer_ms[MAX_COUNTS], peer_min_ms[MAX_COUNTS];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static int cpus(void)
 {
@@ -130,7 +107,7 @@ static int trained_policy(struct es_state *st, int workers)
                         .lr = 0.05, .l2 = 0.005, .target = 500, .quiet = 1};
     struct es_outcome out;
     if (es_train(&o, st, &out) != 0 || !out.solved) {
-        fprintf(stderr, "bench-es: could not train the cart-pole policy\n");
+        fprintf(stderr, PROG ": could not train the cart-pole policy\n");
         return -1;
     }
     return 0;
@@ -159,15 +136,15 @@ static int serial_pass(const unsigned char *recs, size_t rs,
                        unsigned char *res, size_t os, int n, double *sec)
 {
     char err[256];
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < n; i++) {
         if (es_evaluate(recs + (size_t)i * rs, rs, res + (size_t)i * os, os,
                         err, sizeof err) != 0) {
-            fprintf(stderr, "bench-es: %s\n", err);
+            fprintf(stderr, PROG ": %s\n", err);
             return -1;
         }
     }
-    *sec = now_s() - t0;
+    *sec = bench_now_s() - t0;
     return 0;
 }
 
@@ -177,7 +154,7 @@ static int serial_pass(const unsigned char *recs, size_t rs,
 static int fork_pass(const unsigned char *recs, size_t rs, unsigned char *res,
                      size_t os, int n, int w, double *sec)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int c = 0; c < w; c++) {
         pid_t pid = fork();
         if (pid < 0)
@@ -195,19 +172,19 @@ static int fork_pass(const unsigned char *recs, size_t rs, unsigned char *res,
     for (int c = 0; c < w; c++)
         if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
             bad = 1;
-    *sec = now_s() - t0;
+    *sec = bench_now_s() - t0;
     return bad ? -1 : 0;
 }
 
 static int pool_pass(fiber_pool *p, const unsigned char *recs, size_t rs,
                      unsigned char *res, size_t os, int n, double *sec)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (fiber_pool_map(p, "es_eval", recs, rs, (size_t)n, res, os, 0) != 0) {
-        fprintf(stderr, "bench-es: map: %s\n", fiber_last_error());
+        fprintf(stderr, PROG ": map: %s\n", fiber_last_error());
         return -1;
     }
-    *sec = now_s() - t0;
+    *sec = bench_now_s() - t0;
     return 0;
 }
 
@@ -228,7 +205,7 @@ static int eff_rounds(fiber_pool *p, const unsigned char *recs, size_t rs,
                       struct results *R)
 {
     double ts[64], tp[64], tf[64], steps;
-    int n = o->pairs, rounds = o->rounds > 64 ? 64 : o->rounds;
+    int n = (int)o->pairs, rounds = o->rounds > 64 ? 64 : (int)o->rounds;
     if (pool_pass(p, recs, rs, res, os, n, &tp[0]) != 0) /* warm-up */
         return -1;
     for (int r = 0; r < rounds; r++) {
@@ -244,19 +221,15 @@ static int eff_rounds(fiber_pool *p, const unsigned char *recs, size_t rs,
     /* The fastest round of each kind: on a shared machine other work only
      * ever adds time, so the minimum is the least disturbed measurement.
      * The medians are reported beside it. */
-    double s_min = ts[0], p_min = tp[0], f_min = tf[0];
-    for (int r = 1; r < rounds; r++) {
-        s_min = fmin(s_min, ts[r]);
-        p_min = fmin(p_min, tp[r]);
-        f_min = fmin(f_min, tf[r]);
-    }
-    R->efficiency_fork = s_min / (R->eff_workers * f_min);
-    R->vs_fork = f_min / p_min;
-    double s_med = median(ts, rounds), p_med = median(tp, rounds);
-    R->evals_serial = 2.0 * n / s_min;
-    R->evals_pool = 2.0 * n / p_min;
+    struct bench_stats one = bench_summarize(ts, (size_t)rounds),
+                       pool = bench_summarize(tp, (size_t)rounds),
+                       forked = bench_summarize(tf, (size_t)rounds);
+    R->efficiency_fork = one.min / (R->eff_workers * forked.min);
+    R->vs_fork = forked.min / pool.min;
+    R->evals_serial = 2.0 * n / one.min;
+    R->evals_pool = 2.0 * n / pool.min;
     R->efficiency = R->evals_pool / (R->eff_workers * R->evals_serial);
-    R->efficiency_median = s_med / (R->eff_workers * p_med);
+    R->efficiency_median = one.median / (R->eff_workers * pool.median);
     printf("%d pairs (%d episodes, %.0f steps, %.0f per episode); "
            "efficiency %.3f from the fastest rounds, %.3f from the "
            "medians; bare fork()ed processes reach %.3f\n", n, 2 * n,
@@ -284,11 +257,11 @@ static int run_efficiency(const struct options *o, struct results *R)
     fiber_pool *p = NULL;
     int rc = recs && res ? 0 : -1;
     if (rc == 0 && fiber_pool_create(&p, &po) != 0) {
-        fprintf(stderr, "bench-es: pool: %s\n", fiber_last_error());
+        fprintf(stderr, PROG ": pool: %s\n", fiber_last_error());
         rc = -1;
     }
     if (rc == 0) {
-        pack_pairs(&st, recs, rs, o->pairs);
+        pack_pairs(&st, recs, rs, (int)o->pairs);
         rc = eff_rounds(p, recs, rs, res, os, o, R);
     }
     fiber_pool_free(p);
@@ -333,23 +306,22 @@ static int overhead_at(int workers, int iters, int warmup, struct results *R,
                         .task = "bench_es_trivial", .on_iter = on_iter,
                         .on_iter_ud = &log};
     struct es_outcome out;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     int rc = es_train(&o, &st, &out);
     es_state_free(&st);
     if (rc != 0 || log.n == 0)
         return -1;
+    size_t n = (size_t)log.n;
+    struct bench_stats over = bench_summarize(log.over, n);
     R->counts[k] = workers;
-    R->overhead_min_ms[k] = log.over[0];
-    for (int i = 1; i < log.n; i++)
-        R->overhead_min_ms[k] = fmin(R->overhead_min_ms[k], log.over[i]);
-    R->overhead_min_ms[k] *= 1e3;
-    R->overhead_ms[k] = median(log.over, log.n) * 1e3;
-    R->map_ms[k] = median(log.map, log.n) * 1e3;
-    R->master_ms[k] = median(log.master, log.n) * 1e3;
+    R->overhead_min_ms[k] = over.min * 1e3;
+    R->overhead_ms[k] = over.median * 1e3;
+    R->map_ms[k] = bench_median(log.map, n) * 1e3;
+    R->master_ms[k] = bench_median(log.master, n) * 1e3;
     printf("  %4d workers: %8.2f ms/iteration, fastest %.2f (map %.2f, rest "
            "%.2f; %d iterations, run %.1f s with start-up)\n", workers,
            R->overhead_ms[k], R->overhead_min_ms[k], R->map_ms[k],
-           R->master_ms[k], log.n, now_s() - t0);
+           R->master_ms[k], log.n, bench_now_s() - t0);
     fflush(stdout);
     return 0;
 }
@@ -362,7 +334,7 @@ static int run_overhead(const struct options *o, struct results *R)
     for (int w = 1, k = 0; w <= o->max_workers && k < MAX_COUNTS;
          w *= 2, k++) {
         if (overhead_at(w, iters, warmup, R, k) != 0) {
-            fprintf(stderr, "bench-es: the run with %d workers failed\n", w);
+            fprintf(stderr, PROG ": the run with %d workers failed\n", w);
             return -1;
         }
         R->ncounts = k + 1;
@@ -372,92 +344,29 @@ static int run_overhead(const struct options *o, struct results *R)
 
 /* ---- the peer ---------------------------------------------------------- */
 
-/* Appends s to buf in single quotes, so that any path survives sh. */
-static int shell_quote(char *buf, size_t size, const char *s)
-{
-    size_t k = strlen(buf);
-    if (k + 1 >= size)
-        return -1;
-    buf[k++] = '\'';
-    for (; *s; s++) {
-        if (k + 6 > size)
-            return -1;
-        if (*s == '\'') {
-            memcpy(buf + k, "'\\''", 4);
-            k += 4;
-        } else {
-            buf[k++] = *s;
-        }
-    }
-    buf[k++] = '\'';
-    buf[k] = '\0';
-    return 0;
-}
-
-static int json_number(const char *obj, const char *key, double *out)
-{
-    char pat[80];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *p = strstr(obj, pat);
-    if (!p)
-        return -1;
-    p += strlen(pat);
-    p += strspn(p, " \t");
-    if (*p++ != ':')
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(p, &end);
-    if (end == p || errno || !isfinite(v) || v <= 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static void read_last_line(FILE *f, char *last, size_t size)
-{
-    char line[8192];
-    last[0] = '\0';
-    while (fgets(line, sizeof line, f)) {
-        if (line[strspn(line, " \t\r\n")] != '\0')
-            snprintf(last, size, "%s", line);
-    }
-}
-
 static int run_peer(const struct options *o, struct results *R)
 {
-    char cmd[PATH_MAX + 128] = "python3 ", last[8192], key[64];
-    if (shell_quote(cmd, sizeof cmd, FIBER_BENCH_PEER_DIR "/es_peer.py"))
-        return -1;
-    size_t k = strlen(cmd);
-    snprintf(cmd + k, sizeof cmd - k, " --max-workers %d --pop %d --iters %d",
+    char args[128], last[8192];
+    snprintf(args, sizeof args, "--max-workers %d --pop %d --iters %d",
              R->counts[R->ncounts - 1], POP_B, o->quick ? 5 : 20);
     printf("\npeer: Python multiprocessing.Pool, the same loop\n");
-    fflush(stdout);
-    FILE *f = popen(cmd, "r");
-    if (!f) {
-        fprintf(stderr, "bench-es: peer: %s\n", strerror(errno));
+    if (bench_run_peer(PROG, "es_peer.py", args, last, sizeof last) != 0)
         return -1;
-    }
-    read_last_line(f, last, sizeof last);
-    int status = pclose(f);
-    if (status != 0) {
-        fprintf(stderr, "bench-es: peer: es_peer.py failed (status %d)\n",
-                status);
-        return -1;
-    }
     for (int i = 0; i < R->ncounts; i++) {
-        snprintf(key, sizeof key, "overhead_ms_per_iter_w%d", R->counts[i]);
-        if (json_number(last, key, &R->peer_ms[i]) != 0) {
-            fprintf(stderr, "bench-es: peer: no %s in: %s", key, last);
+        const char *key =
+            bench_key("overhead_ms_per_iter_w%d", R->counts[i]);
+        if (bench_json_number(last, key, &R->peer_ms[i]) != 0 ||
+            R->peer_ms[i] <= 0) {
+            fprintf(stderr, PROG ": peer: no %s in: %s", key, last);
             return -1;
         }
-        snprintf(key, sizeof key, "overhead_min_ms_per_iter_w%d",
-                 R->counts[i]);
-        if (json_number(last, key, &R->peer_min_ms[i]) != 0)
+        if (bench_json_number(last,
+                              bench_key("overhead_min_ms_per_iter_w%d",
+                                        R->counts[i]),
+                              &R->peer_min_ms[i]) != 0 ||
+            R->peer_min_ms[i] <= 0)
             R->peer_min_ms[i] = NAN;
     }
-    R->have_peer = 1;
     return 0;
 }
 
@@ -489,34 +398,35 @@ static void print_table(const struct results *R)
 
 static void print_json(const struct results *R)
 {
-    printf("{\"parallel_efficiency\":%.4f,"
-           "\"parallel_efficiency_median\":%.4f,"
-           "\"parallel_efficiency_fork_baseline\":%.4f,"
-           "\"pool_vs_fork_baseline\":%.4f,"
-           "\"efficiency_workers\":%d,"
-           "\"evals_per_s_pool\":%.1f,\"evals_per_s_one_process\":%.1f",
-           R->efficiency, R->efficiency_median, R->efficiency_fork,
-           R->vs_fork, R->eff_workers, R->evals_pool,
-           R->evals_serial);
+    bench_json_open(NULL);
+    bench_json_num("parallel_efficiency", 4, R->efficiency);
+    bench_json_num("parallel_efficiency_median", 4, R->efficiency_median);
+    bench_json_num("parallel_efficiency_fork_baseline", 4,
+                   R->efficiency_fork);
+    bench_json_num("pool_vs_fork_baseline", 4, R->vs_fork);
+    bench_json_long("efficiency_workers", R->eff_workers);
+    bench_json_num("evals_per_s_pool", 1, R->evals_pool);
+    bench_json_num("evals_per_s_one_process", 1, R->evals_serial);
     for (int i = 0; i < R->ncounts; i++)
-        printf(",\"overhead_ms_per_iter_w%d\":%.4f", R->counts[i],
-               R->overhead_ms[i]);
+        bench_json_num(bench_key("overhead_ms_per_iter_w%d", R->counts[i]),
+                       4, R->overhead_ms[i]);
     for (int i = 0; i < R->ncounts; i++)
-        printf(",\"overhead_min_ms_per_iter_w%d\":%.4f", R->counts[i],
-               R->overhead_min_ms[i]);
-    if (!R->have_peer) {
-        printf(",\"peer\":null}\n");
-        return;
+        bench_json_num(bench_key("overhead_min_ms_per_iter_w%d",
+                                 R->counts[i]),
+                       4, R->overhead_min_ms[i]);
+    if (bench_json_open_peer(R->have_peer ? R : NULL)) {
+        for (int i = 0; i < R->ncounts; i++)
+            bench_json_num(bench_key("overhead_ms_per_iter_w%d",
+                                     R->counts[i]),
+                           4, R->peer_ms[i]);
+        for (int i = 0; i < R->ncounts; i++)
+            if (!isnan(R->peer_min_ms[i]))
+                bench_json_num(bench_key("overhead_min_ms_per_iter_w%d",
+                                         R->counts[i]),
+                               4, R->peer_min_ms[i]);
+        bench_json_close();
     }
-    printf(",\"peer\":{");
-    for (int i = 0; i < R->ncounts; i++)
-        printf("%s\"overhead_ms_per_iter_w%d\":%.4f", i ? "," : "",
-               R->counts[i], R->peer_ms[i]);
-    for (int i = 0; i < R->ncounts; i++)
-        if (!isnan(R->peer_min_ms[i]))
-            printf(",\"overhead_min_ms_per_iter_w%d\":%.4f", R->counts[i],
-                   R->peer_min_ms[i]);
-    printf("}}\n");
+    bench_json_close();
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -524,7 +434,7 @@ static void print_json(const struct results *R)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: bench-es [--max-workers N] [--quick] [--rounds R] "
+            "usage: " PROG " [--max-workers N] [--quick] [--rounds R] "
             "[--pairs P] [--no-peer] [--help]\n"
             "(a) ES parallel efficiency on cart-pole at one worker per "
             "CPU;\n(b) master overhead per iteration of 2048 pairs at 1, 2, "
@@ -538,73 +448,34 @@ static void usage(FILE *f)
             "The last line of output is one JSON object.\n");
 }
 
-static int parse_int(const char *flag, const char *text, int lo, int hi,
-                     int *out)
-{
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (*end || end == text || v < lo || v > hi) {
-        fprintf(stderr, "bench-es: %s wants %d..%d, not '%s'\n", flag, lo,
-                hi, text);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
-/* Returns 0, 1 for --help, or -1 for a bad command line. */
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return 1;
-        else if (strcmp(a, "--no-peer") == 0)
-            o->no_peer = 1;
-        else if (strcmp(a, "--quick") == 0)
-            o->quick = 1;
-        else if (strcmp(a, "--max-workers") == 0 && v && ++i)
-            rc = parse_int(a, v, 1, 1 << 15, &o->max_workers);
-        else if (strcmp(a, "--rounds") == 0 && v && ++i)
-            rc = parse_int(a, v, 1, 64, &o->rounds);
-        else if (strcmp(a, "--pairs") == 0 && v && ++i)
-            rc = parse_int(a, v, 1, 1 << 20, &o->pairs);
-        else {
-            fprintf(stderr, "bench-es: bad argument '%s'\n", a);
-            return -1;
-        }
-        if (rc)
-            return -1;
-    }
-    if (o->quick && o->max_workers > 64)
-        o->max_workers = 64;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    if (fiber_init(&argc, &argv) != 0) { /* children never return */
-        fprintf(stderr, "bench-es: fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0) /* children never return */
         return 1;
-    }
     /* Many short rounds rather than a few long ones: on a shared machine
      * the fastest of many is more likely to be undisturbed. */
     struct options o = {.max_workers = 512, .rounds = 11, .pairs = 512};
-    int rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o.no_peer},
+        {"--quick", .on = &o.quick},
+        {"--max-workers", .value = &o.max_workers, .lo = 1, .hi = 1 << 15},
+        {"--rounds", .value = &o.rounds, .lo = 1, .hi = 64},
+        {"--pairs", .value = &o.pairs, .lo = 1, .hi = 1 << 20},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
+    if (o.quick && o.max_workers > 64)
+        o.max_workers = 64;
     static struct results R;
-    printf("bench-es: fiber %s, %d CPUs\n", fiber_version(), cpus());
+    printf(PROG ": fiber %s, %d CPUs\n", fiber_version(), cpus());
     if (run_efficiency(&o, &R) != 0 || run_overhead(&o, &R) != 0) {
-        fprintf(stderr, "bench-es: FAILED\n");
+        fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    if (!o.no_peer && run_peer(&o, &R) != 0)
-        fprintf(stderr, "bench-es: no peer figures; reporting \"peer\": "
-                "null\n");
+    if (!o.no_peer)
+        R.have_peer = bench_peer_done(PROG, run_peer(&o, &R));
     print_table(&R);
     print_json(&R);
     return 0;

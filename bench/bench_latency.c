@@ -18,26 +18,27 @@
  * as the LAST line one JSON object: median_us, p99_us (1 worker) and the
  * extras median_us_2w, p99_us_2w, the peer's under "peer".
  */
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <fiber/fiber.h>
 
 #include "bench_common.h"
 
 #define PROG "bench-latency"
-#define DEFAULT_CALLS 20000
-#define DEFAULT_WARMUP 2000
-
-struct options {
-    long calls, warmup;
-    int no_peer;
+/* One side's figures: the 1-worker pool and the 2-worker pool. */
+struct figures {
+    struct bench_latency w1, w2;
 };
 
-struct lat {
-    double median_us, p99_us, min_us, max_us;
+/* In the JSON line and the peer's, in this order. */
+static const struct bench_figure figure_keys[] = {
+    {"median_us", offsetof(struct figures, w1.median_us), 2, 0},
+    {"p99_us", offsetof(struct figures, w1.p99_us), 2, 0},
+    {"median_us_2w", offsetof(struct figures, w2.median_us), 2, 0},
+    {"p99_us_2w", offsetof(struct figures, w2.p99_us), 2, 0},
 };
+#define N_FIGURES (sizeof figure_keys / sizeof figure_keys[0])
 
 FIBER_TASK(bench_noop)
 {
@@ -46,7 +47,13 @@ FIBER_TASK(bench_noop)
 
 /* ---- fiber side ---------------------------------------------------------- */
 
-static int measure(int workers, const struct options *o, struct lat *l)
+static int apply_noop(void *pool)
+{
+    return fiber_pool_apply(pool, "bench_noop", NULL, 0, NULL);
+}
+
+static int measure(int workers, const struct bench_calls_options *o,
+                   struct bench_latency *l)
 {
     fiber_pool *pool;
     fiber_pool_opts po = {.workers = workers};
@@ -54,59 +61,26 @@ static int measure(int workers, const struct options *o, struct lat *l)
         fprintf(stderr, PROG ": fiber_pool_create: %s\n", fiber_last_error());
         return -1;
     }
-    double *us = malloc((size_t)o->calls * sizeof *us);
-    int rc = us ? 0 : -1;
-    /* The first call waits for the worker to start and connect. */
-    for (long i = 0; i < o->warmup && rc == 0; i++)
-        rc = fiber_pool_apply(pool, "bench_noop", NULL, 0, NULL);
-    for (long i = 0; i < o->calls && rc == 0; i++) {
-        uint64_t t0 = bench_now_ns();
-        rc = fiber_pool_apply(pool, "bench_noop", NULL, 0, NULL);
-        us[i] = (double)(bench_now_ns() - t0) / 1e3;
-    }
-    if (rc != 0)
-        fprintf(stderr, PROG ": fiber_pool_apply (%d workers): %s\n", workers,
-                us ? fiber_last_error() : "out of memory");
+    char what[64];
+    snprintf(what, sizeof what, "fiber_pool_apply (%d workers)", workers);
+    /* The first (warm-up) call waits for the worker to start and connect. */
+    int rc = bench_time_calls(PROG, what, apply_noop, pool, o->warmup,
+                              o->calls, l);
     fiber_pool_free(pool);
     if (rc == 0) {
-        size_t n = (size_t)o->calls;
-        l->median_us = bench_median(us, n);
-        l->p99_us = bench_percentile(us, n, 99);
-        l->min_us = us[0];
-        l->max_us = us[n - 1];
         printf("fiber  %d worker%s  median %8.1f us  p99 %8.1f us  "
                "(min %.1f, max %.1f, %ld calls)\n", workers,
                workers > 1 ? "s" : " ", l->median_us, l->p99_us, l->min_us,
                l->max_us, o->calls);
         fflush(stdout);
     }
-    free(us);
-    return rc ? -1 : 0;
-}
-
-/* ---- the peer ------------------------------------------------------------ */
-
-static int run_peer(const struct options *o, struct lat *p1, struct lat *p2)
-{
-    char args[128], last[4096];
-    snprintf(args, sizeof args, "--calls %ld --warmup %ld", o->calls,
-             o->warmup);
-    if (bench_run_peer(PROG, "latency_peer.py", args, last, sizeof last))
-        return -1;
-    if (bench_json_number(last, "median_us", &p1->median_us) ||
-        bench_json_number(last, "p99_us", &p1->p99_us) ||
-        bench_json_number(last, "median_us_2w", &p2->median_us) ||
-        bench_json_number(last, "p99_us_2w", &p2->p99_us)) {
-        fprintf(stderr, PROG ": peer: missing figures in: %s", last);
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 /* ---- output ------------------------------------------------------------ */
 
-static void print_row(const char *what, const struct lat *f,
-                      const struct lat *p)
+static void print_row(const char *what, const struct bench_latency *f,
+                      const struct bench_latency *p)
 {
     printf("%-10s %12.1f %12.1f", what, f->median_us, f->p99_us);
     if (p)
@@ -114,6 +88,16 @@ static void print_row(const char *what, const struct lat *f,
                p->median_us / f->median_us, p->p99_us / f->p99_us);
     else
         printf(" %12s %12s %11s %11s\n", "-", "-", "-", "-");
+}
+
+static void print_table(const struct figures *f, const struct figures *p)
+{
+    printf("\n%-10s %12s %12s %12s %12s %11s %11s\n", "pool", "fiber med us",
+           "fiber p99 us", "mp med us", "mp p99 us", "med x", "p99 x");
+    print_row("1 worker", &f->w1, p ? &p->w1 : NULL);
+    print_row("2 workers", &f->w2, p ? &p->w2 : NULL);
+    printf("(x = mp / fiber: how many times faster fiber is; mp = Python "
+           "multiprocessing.Pool.apply)\n\n");
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -130,72 +114,28 @@ static void usage(FILE *f)
             "  --no-peer   skip Python multiprocessing "
             "(peer/latency_peer.py)\n"
             "The last line of output is one JSON object.\n",
-            DEFAULT_CALLS, DEFAULT_WARMUP);
-}
-
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    o->calls = DEFAULT_CALLS;
-    o->warmup = DEFAULT_WARMUP;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--no-peer") == 0) {
-            o->no_peer = 1;
-        } else if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--calls", argv[++i], 1, 10000000,
-                                 &o->calls))
-                return -1;
-        } else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--warmup", argv[++i], 1, 10000000,
-                                 &o->warmup))
-                return -1;
-        } else {
-            fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
-            return -1;
-        }
-    }
-    return 0;
+            BENCH_DEFAULT_CALLS, BENCH_DEFAULT_WARMUP);
 }
 
 int main(int argc, char **argv)
 {
-    if (fiber_init(&argc, &argv) != 0) { /* children never return here */
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
-    struct options o = {0};
-    int rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
+    struct bench_calls_options o;
+    int rc = bench_parse_calls_args(PROG, argc, argv, 1, &o);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
     printf(PROG ": fiber %s, local backend, no-op task, %ld calls after "
            "%ld warm-up\n", fiber_version(), o.calls, o.warmup);
-    struct lat f1, f2, p1, p2;
-    if (measure(1, &o, &f1) != 0 || measure(2, &o, &f2) != 0) {
+    struct figures f, p, *pp = NULL;
+    if (measure(1, &o, &f.w1) != 0 || measure(2, &o, &f.w2) != 0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    int have_peer = 0;
-    if (!o.no_peer && run_peer(&o, &p1, &p2) == 0)
-        have_peer = 1;
-    else if (!o.no_peer)
-        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
-    printf("\n%-10s %12s %12s %12s %12s %11s %11s\n", "pool", "fiber med us",
-           "fiber p99 us", "mp med us", "mp p99 us", "med x", "p99 x");
-    print_row("1 worker", &f1, have_peer ? &p1 : NULL);
-    print_row("2 workers", &f2, have_peer ? &p2 : NULL);
-    printf("(x = mp / fiber: how many times faster fiber is; mp = Python "
-           "multiprocessing.Pool.apply)\n\n");
-    printf("{\"median_us\":%.2f,\"p99_us\":%.2f,\"median_us_2w\":%.2f,"
-           "\"p99_us_2w\":%.2f,\"calls\":%ld,", f1.median_us, f1.p99_us,
-           f2.median_us, f2.p99_us, o.calls);
-    if (have_peer)
-        printf("\"peer\":{\"median_us\":%.2f,\"p99_us\":%.2f,"
-               "\"median_us_2w\":%.2f,\"p99_us_2w\":%.2f}}\n", p1.median_us,
-               p1.p99_us, p2.median_us, p2.p99_us);
-    else
-        printf("\"peer\":null}\n");
+    if (bench_peer_calls(PROG, "latency_peer.py", &o, figure_keys, N_FIGURES,
+                         &p))
+        pp = &p;
+    print_table(&f, pp);
+    bench_json_calls_line(figure_keys, N_FIGURES, &f, o.calls, pp);
     return 0;
 }

@@ -21,75 +21,52 @@
  * object: dict_set_get_median_us, lock_pair_median_us (and their p99s),
  * the peer's under "peer".
  */
+#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <fiber/fiber.h>
 
 #include "bench_common.h"
 
 #define PROG "bench-manager"
-#define DEFAULT_CALLS 20000
-#define DEFAULT_WARMUP 2000
-
-struct options {
-    long calls, warmup;
-    int no_peer;
-};
-
-struct lat {
-    double median_us, p99_us;
-};
-
 struct figures {
-    struct lat dict, lock;
+    struct bench_latency dict, lock;
 };
+
+/* In the JSON line and the peer's, in this order. */
+static const struct bench_figure figure_keys[] = {
+    {"dict_set_get_median_us", offsetof(struct figures, dict.median_us), 2,
+     0},
+    {"dict_set_get_p99_us", offsetof(struct figures, dict.p99_us), 2, 0},
+    {"lock_pair_median_us", offsetof(struct figures, lock.median_us), 2, 0},
+    {"lock_pair_p99_us", offsetof(struct figures, lock.p99_us), 2, 0},
+};
+#define N_FIGURES (sizeof figure_keys / sizeof figure_keys[0])
 
 /* ---- fiber side ---------------------------------------------------------- */
 
-static int dict_pair(fiber_mobj *d, fiber_buf *got)
+struct dict_ctx {
+    fiber_mobj *d;
+    fiber_buf got;
+};
+
+static int dict_pair(void *ctx)
 {
     static const char key[16] = "bench-key-00001";
     static const char val[64] = "a 64-byte value";
-    got->len = 0;
-    int rc = fiber_dict_set(d, key, sizeof key, val, sizeof val, NULL);
-    return rc ? rc : fiber_dict_get(d, key, sizeof key, got, NULL);
+    struct dict_ctx *c = ctx;
+    c->got.len = 0;
+    int rc = fiber_dict_set(c->d, key, sizeof key, val, sizeof val, NULL);
+    return rc ? rc : fiber_dict_get(c->d, key, sizeof key, &c->got, NULL);
 }
 
-static int lock_pair(fiber_mobj *l)
+static int lock_pair(void *l)
 {
     int rc = fiber_lock_acquire(l, -1, NULL);
     return rc ? rc : fiber_lock_release(l, NULL);
 }
 
-/* Times o->calls pairs of `which` (0 dict, 1 lock) after the warm-up. */
-static int time_pairs(int which, fiber_mobj *o, const struct options *opt,
-                      struct lat *out)
-{
-    double *us = malloc((size_t)opt->calls * sizeof *us);
-    fiber_buf got = {0};
-    int rc = us ? 0 : FIBER_ENOMEM;
-    for (long i = 0; i < opt->warmup && rc == 0; i++)
-        rc = which ? lock_pair(o) : dict_pair(o, &got);
-    for (long i = 0; i < opt->calls && rc == 0; i++) {
-        uint64_t t0 = bench_now_ns();
-        rc = which ? lock_pair(o) : dict_pair(o, &got);
-        us[i] = (double)(bench_now_ns() - t0) / 1e3;
-    }
-    if (rc == 0) {
-        out->median_us = bench_median(us, (size_t)opt->calls);
-        out->p99_us = bench_percentile(us, (size_t)opt->calls, 99);
-    } else {
-        fprintf(stderr, PROG ": %s pair: %s\n", which ? "lock" : "dict",
-                us ? fiber_last_error() : "out of memory");
-    }
-    fiber_buf_free(&got);
-    free(us);
-    return rc ? -1 : 0;
-}
-
-static int run_fiber(const struct options *o, struct figures *f)
+static int run_fiber(const struct bench_calls_options *o, struct figures *f)
 {
     fiber_manager *m;
     fiber_mobj *d = NULL, *l = NULL;
@@ -104,40 +81,24 @@ static int run_fiber(const struct options *o, struct figures *f)
                  : -1;
     if (rc)
         fprintf(stderr, PROG ": opening objects: %s\n", fiber_last_error());
+    struct dict_ctx dc = {d, {0}};
     if (rc == 0)
-        rc = time_pairs(0, d, o, &f->dict);
+        rc = bench_time_calls(PROG, "dict pair", dict_pair, &dc, o->warmup,
+                              o->calls, &f->dict);
     if (rc == 0)
-        rc = time_pairs(1, l, o, &f->lock);
+        rc = bench_time_calls(PROG, "lock pair", lock_pair, l, o->warmup,
+                              o->calls, &f->lock);
+    fiber_buf_free(&dc.got);
     fiber_mobj_free(d);
     fiber_mobj_free(l);
     fiber_manager_free(m);
     return rc;
 }
 
-/* ---- the peer ------------------------------------------------------------ */
-
-static int run_peer(const struct options *o, struct figures *p)
-{
-    char args[128], last[4096];
-    snprintf(args, sizeof args, "--calls %ld --warmup %ld", o->calls,
-             o->warmup);
-    if (bench_run_peer(PROG, "manager_peer.py", args, last, sizeof last))
-        return -1;
-    if (bench_json_number(last, "dict_set_get_median_us",
-                          &p->dict.median_us) ||
-        bench_json_number(last, "dict_set_get_p99_us", &p->dict.p99_us) ||
-        bench_json_number(last, "lock_pair_median_us", &p->lock.median_us) ||
-        bench_json_number(last, "lock_pair_p99_us", &p->lock.p99_us)) {
-        fprintf(stderr, PROG ": peer: missing figures in: %s", last);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- output ---------------------------------------------------------------- */
 
-static void print_row(const char *what, const struct lat *f,
-                      const struct lat *p)
+static void print_row(const char *what, const struct bench_latency *f,
+                      const struct bench_latency *p)
 {
     printf("%-18s %12.1f %12.1f", what, f->median_us, f->p99_us);
     if (p)
@@ -157,22 +118,6 @@ static void print_table(const struct figures *f, const struct figures *p)
            "multiprocessing.Manager)\n\n");
 }
 
-static void print_json(const struct figures *f, const struct figures *p,
-                       long calls)
-{
-    printf("{\"dict_set_get_median_us\":%.2f,\"dict_set_get_p99_us\":%.2f,"
-           "\"lock_pair_median_us\":%.2f,\"lock_pair_p99_us\":%.2f,"
-           "\"calls\":%ld,", f->dict.median_us, f->dict.p99_us,
-           f->lock.median_us, f->lock.p99_us, calls);
-    if (p)
-        printf("\"peer\":{\"dict_set_get_median_us\":%.2f,"
-               "\"dict_set_get_p99_us\":%.2f,\"lock_pair_median_us\":%.2f,"
-               "\"lock_pair_p99_us\":%.2f}}\n", p->dict.median_us,
-               p->dict.p99_us, p->lock.median_us, p->lock.p99_us);
-    else
-        printf("\"peer\":null}\n");
-}
-
 /* ---- main -------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -187,47 +132,17 @@ static void usage(FILE *f)
             "  --no-peer   skip Python multiprocessing.Manager "
             "(peer/manager_peer.py)\n"
             "The last line of output is one JSON object.\n",
-            DEFAULT_CALLS, DEFAULT_WARMUP);
-}
-
-/* Returns 0, 1 for --help, or -1 for a bad command line. */
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    o->calls = DEFAULT_CALLS;
-    o->warmup = DEFAULT_WARMUP;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--no-peer") == 0) {
-            o->no_peer = 1;
-        } else if (strcmp(argv[i], "--calls") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--calls", argv[++i], 1, 10000000,
-                                 &o->calls))
-                return -1;
-        } else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--warmup", argv[++i], 0, 10000000,
-                                 &o->warmup))
-                return -1;
-        } else {
-            fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
-            return -1;
-        }
-    }
-    return 0;
+            BENCH_DEFAULT_CALLS, BENCH_DEFAULT_WARMUP);
 }
 
 int main(int argc, char **argv)
 {
-    if (fiber_init(&argc, &argv) != 0) { /* children never return here */
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
-    struct options o = {0};
-    int rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
+    struct bench_calls_options o;
+    int rc = bench_parse_calls_args(PROG, argc, argv, 0, &o);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
     printf(PROG ": fiber %s, local backend, calls from the master, %ld "
            "pairs after %ld warm-up\n", fiber_version(), o.calls, o.warmup);
     fflush(stdout);
@@ -236,11 +151,10 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    if (!o.no_peer && run_peer(&o, &p) == 0)
+    if (bench_peer_calls(PROG, "manager_peer.py", &o, figure_keys, N_FIGURES,
+                         &p))
         pp = &p;
-    else if (!o.no_peer)
-        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
     print_table(&f, pp);
-    print_json(&f, pp, o.calls);
+    bench_json_calls_line(figure_keys, N_FIGURES, &f, o.calls, pp);
     return 0;
 }

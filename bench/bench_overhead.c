@@ -28,6 +28,7 @@
  * as extra information, map_floor_<D>ms_s), the peer's under "peer".
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@
 struct options {
     long durations_ms[MAX_DURATIONS];
     int n_durations;
-    int repeat;
+    long repeat;
     int quick;
     int no_peer;
 };
@@ -56,6 +57,29 @@ struct result {
     double seq_s, seq_floor_s, overhead_us; /* seq: total, floor, per round */
     double map_s, map_floor_s;
 };
+
+/* The figures of one duration in the JSON line and the peer's, in this
+ * order; each key is a format for the duration in ms. */
+#define N_KEYS 5
+static const struct bench_figure key_formats[N_KEYS] = {
+    {"seq_%ldms_s", offsetof(struct result, seq_s), 6, 0},
+    {"map_%ldms_s", offsetof(struct result, map_s), 6, 0},
+    {"floor_%ldms_s", offsetof(struct result, seq_floor_s), 6, 0},
+    {"map_floor_%ldms_s", offsetof(struct result, map_floor_s), 6, 0},
+    {"overhead_us_per_round_%ldms", offsetof(struct result, overhead_us), 2,
+     0},
+};
+
+/* key_formats with the duration ms filled in (the keys in names). */
+static void keys_for(long ms, char names[N_KEYS][48],
+                     struct bench_figure figs[N_KEYS])
+{
+    for (int i = 0; i < N_KEYS; i++) {
+        figs[i] = key_formats[i];
+        snprintf(names[i], sizeof names[i], key_formats[i].key, ms);
+        figs[i].key = names[i];
+    }
+}
 
 /* Sleeps for the nanoseconds in arg and returns how long it slept, as a
  * uint64_t of nanoseconds, measured around the sleep itself. */
@@ -233,16 +257,18 @@ static int run_fiber(const struct options *o, struct result *res)
             break;
         struct result *x = &res[d];
         size_t n = (size_t)o->repeat;
-        x->seq_s = bench_median(seq, n);
+        struct bench_stats sq = bench_summarize(seq, n),
+                           mp = bench_summarize(map, n);
+        x->seq_s = sq.median;
         x->seq_floor_s = bench_median(fl, n);
         x->overhead_us = bench_median(ovh, n);
-        x->map_s = bench_median(map, n);
+        x->map_s = mp.median;
         x->map_floor_s = bench_median(mfl, n);
         printf("fiber  %5ld ms x %-5ld  seq %.4f s (floor %.4f, %.1f us/round, "
                "%.4f..%.4f)  map %.4f s (floor %.4f, %.4f..%.4f)\n",
                ms, rounds_for(ms) * WORKERS, x->seq_s, x->seq_floor_s,
-               x->overhead_us, seq[0], seq[n - 1], x->map_s, x->map_floor_s,
-               map[0], map[n - 1]);
+               x->overhead_us, sq.min, sq.max, x->map_s, x->map_floor_s,
+               mp.min, mp.max);
         fflush(stdout);
     }
     fiber_pool_free(pool);
@@ -254,31 +280,19 @@ static int run_fiber(const struct options *o, struct result *res)
 static int run_peer(const struct options *o, struct result *pr)
 {
     char args[512], last[8192];
-    int k = snprintf(args, sizeof args, "--repeat %d --durations ", o->repeat);
+    int k = snprintf(args, sizeof args, "--repeat %ld --durations ",
+                     o->repeat);
     for (int d = 0; d < o->n_durations; d++)
         k += snprintf(args + k, sizeof args - (size_t)k, "%s%ld", d ? "," : "",
                       o->durations_ms[d]);
     if (bench_run_peer(PROG, "overhead_peer.py", args, last, sizeof last))
         return -1;
     for (int d = 0; d < o->n_durations; d++) {
-        long ms = o->durations_ms[d];
-        char key[64];
-        struct {
-            const char *fmt;
-            double *dst;
-        } keys[] = {{"seq_%ldms_s", &pr[d].seq_s},
-                    {"map_%ldms_s", &pr[d].map_s},
-                    {"floor_%ldms_s", &pr[d].seq_floor_s},
-                    {"map_floor_%ldms_s", &pr[d].map_floor_s},
-                    {"overhead_us_per_round_%ldms", &pr[d].overhead_us}};
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-            snprintf(key, sizeof key, keys[i].fmt, ms);
-            if (bench_json_number(last, key, keys[i].dst) != 0) {
-                fprintf(stderr, PROG ": peer: no number for \"%s\" in: %s",
-                        key, last);
-                return -1;
-            }
-        }
+        char names[N_KEYS][48];
+        struct bench_figure figs[N_KEYS];
+        keys_for(o->durations_ms[d], names, figs);
+        if (bench_json_read(PROG, last, figs, N_KEYS, &pr[d]) != 0)
+            return -1;
     }
     return 0;
 }
@@ -306,7 +320,7 @@ static void print_table(const struct options *o, const struct result *res,
         else
             printf(" %8s %9s %8s | %8s %8s\n", "-", "-", "-", "-", "-");
     }
-    printf("(medians of %d runs; ideal total 1.0 s; floor = measured sleep; "
+    printf("(medians of %ld runs; ideal total 1.0 s; floor = measured sleep; "
            "us/round = (seq - floor) / rounds;\n x = mp / fiber, above 1: "
            "fiber faster; mp = Python multiprocessing.Pool(5))\n\n",
            o->repeat);
@@ -315,28 +329,25 @@ static void print_table(const struct options *o, const struct result *res,
 static void print_keys(const struct options *o, const struct result *res)
 {
     for (int d = 0; d < o->n_durations; d++) {
-        long ms = o->durations_ms[d];
-        printf("%s\"seq_%ldms_s\":%.6f,\"map_%ldms_s\":%.6f,"
-               "\"floor_%ldms_s\":%.6f,\"map_floor_%ldms_s\":%.6f,"
-               "\"overhead_us_per_round_%ldms\":%.2f",
-               d ? "," : "", ms, res[d].seq_s, ms, res[d].map_s, ms,
-               res[d].seq_floor_s, ms, res[d].map_floor_s, ms,
-               res[d].overhead_us);
+        char names[N_KEYS][48];
+        struct bench_figure figs[N_KEYS];
+        keys_for(o->durations_ms[d], names, figs);
+        bench_json_write(figs, N_KEYS, &res[d]);
     }
 }
 
 static void print_json(const struct options *o, const struct result *res,
                        const struct result *pr)
 {
-    printf("{\"workers\":%d,\"repeat\":%d,", WORKERS, o->repeat);
+    bench_json_open(NULL);
+    bench_json_long("workers", WORKERS);
+    bench_json_long("repeat", o->repeat);
     print_keys(o, res);
-    if (pr) {
-        printf(",\"peer\":{");
+    if (bench_json_open_peer(pr)) {
         print_keys(o, pr);
-        printf("}}\n");
-    } else {
-        printf(",\"peer\":null}\n");
+        bench_json_close();
     }
+    bench_json_close();
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -359,8 +370,9 @@ static void usage(FILE *f)
             DEFAULT_REPEAT);
 }
 
-static int parse_durations(const char *text, struct options *o)
+static int parse_durations(const char *prog, const char *text, void *ctx)
 {
+    struct options *o = ctx;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", text);
     o->n_durations = 0;
@@ -368,7 +380,7 @@ static int parse_durations(const char *text, struct options *o)
          tok = strtok_r(NULL, ",", &save)) {
         long v;
         if (o->n_durations == MAX_DURATIONS ||
-            bench_parse_long(PROG, "--durations (ms)", tok, 1, 10000, &v))
+            bench_parse_long(prog, "--durations (ms)", tok, 1, 10000, &v))
             return -1;
         o->durations_ms[o->n_durations++] = v;
     }
@@ -383,26 +395,16 @@ static int parse_args(int argc, char **argv, struct options *o)
         o->durations_ms[i] = defaults[i];
     o->n_durations = 4;
     o->repeat = DEFAULT_REPEAT;
-    for (int i = 1; i < argc; i++) {
-        long v;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--no-peer") == 0) {
-            o->no_peer = 1;
-        } else if (strcmp(argv[i], "--quick") == 0) {
-            o->quick = 1;
-        } else if (strcmp(argv[i], "--durations") == 0 && i + 1 < argc) {
-            if (parse_durations(argv[++i], o) != 0)
-                return -1;
-        } else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--repeat", argv[++i], 1, 64, &v))
-                return -1;
-            o->repeat = (int)v;
-        } else {
-            fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
-            return -1;
-        }
-    }
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o->no_peer},
+        {"--quick", .on = &o->quick},
+        {"--durations", .parse = parse_durations, .ctx = o},
+        {"--repeat", .value = &o->repeat, .lo = 1, .hi = 64},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return rc;
     if (o->quick) {
         int k = 0;
         for (int i = 0; i < o->n_durations; i++)
@@ -420,28 +422,22 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 int main(int argc, char **argv)
 {
-    if (fiber_init(&argc, &argv) != 0) { /* children never return here */
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
     struct options o;
     memset(&o, 0, sizeof o);
     int rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
-    printf(PROG ": fiber %s, local backend, %d workers, %d runs each\n",
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
+    printf(PROG ": fiber %s, local backend, %d workers, %ld runs each\n",
            fiber_version(), WORKERS, o.repeat);
     struct result res[MAX_DURATIONS], peer[MAX_DURATIONS], *pr = NULL;
     if (run_fiber(&o, res) != 0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    if (!o.no_peer && run_peer(&o, peer) == 0)
+    if (!o.no_peer && bench_peer_done(PROG, run_peer(&o, peer)))
         pr = peer;
-    else if (!o.no_peer)
-        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
     print_table(&o, res, pr);
     print_json(&o, res, pr);
     return 0;

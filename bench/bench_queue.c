@@ -24,7 +24,7 @@
  * multiprocessing.Queue in the same run.  Output: progress and a table on
  * stdout, then as the LAST line one JSON object; diagnostics on stderr.
  */
-#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,10 +84,18 @@ struct options {
 };
 
 struct figures {
-    double rate_1x1, rate_4x4;           /* messages per second, medians */
+    struct bench_stats rate_1x1, rate_4x4; /* messages per second */
     double lat_median_us, lat_p99_us;
-    double rates_1x1[64], rates_4x4[64]; /* one per run */
 };
+
+/* In the JSON line and the peer's, in this order. */
+static const struct bench_figure figure_keys[] = {
+    {"msgs_per_s_1x1", offsetof(struct figures, rate_1x1.median), 1, 0},
+    {"msgs_per_s_4x4", offsetof(struct figures, rate_4x4.median), 1, 0},
+    {"latency_median_us", offsetof(struct figures, lat_median_us), 2, 0},
+    {"latency_p99_us", offsetof(struct figures, lat_p99_us), 2, 0},
+};
+#define N_FIGURES (sizeof figure_keys / sizeof figure_keys[0])
 
 /* ---- children ------------------------------------------------------------ */
 
@@ -114,179 +122,144 @@ static void free_all(fiber_queue *a, fiber_queue *b, fiber_queue *c,
     fiber_queue_free(d);
 }
 
-static int job_from(const void *arg, size_t len, struct job *j)
-{
-    if (len != sizeof *j)
-        return -1;
-    memcpy(j, arg, sizeof *j);
-    return 0;
-}
-
 static int say(fiber_queue *ctl, const struct result *r)
 {
     return fiber_queue_put(ctl, r, sizeof *r, -1);
 }
 
-/* Puts j.count messages after the go, then one end marker. */
-FIBER_TASK(bq_producer)
-{
+/* What every child holds: its job, its queues and its report. */
+struct child {
     struct job j;
     fiber_queue *data, *ctl, *go, *ack;
-    if (job_from(arg, len, &j) != 0)
-        return fiber_task_fail("bq_producer: bad argument");
-    if (open_all(&j, &data, &ctl, &go, &ack) != 0)
-        return fiber_task_fail("bq_producer: open: %s", fiber_last_error());
-    struct result r = {.kind = K_READY, .role = R_PRODUCER};
-    int rc = say(ctl, &r);
+    struct result r;
+};
+
+/* Reads the job in arg and opens its queues.  Returns 0, or the task's
+ * failure. */
+static int child_begin(struct child *c, const void *arg, size_t len,
+                       const char *name, uint32_t role)
+{
+    if (len != sizeof c->j)
+        return fiber_task_fail("%s: bad argument", name);
+    memcpy(&c->j, arg, sizeof c->j);
+    if (open_all(&c->j, &c->data, &c->ctl, &c->go, &c->ack) != 0)
+        return fiber_task_fail("%s: open: %s", name, fiber_last_error());
+    memset(&c->r, 0, sizeof c->r);
+    c->r.kind = K_READY;
+    c->r.role = role;
+    return 0;
+}
+
+/* Reports rc on the control queue, closes the queues and returns the
+ * task's result. */
+static int child_end(struct child *c, int rc, const char *name)
+{
+    c->r.kind = K_RESULT;
+    c->r.error = rc;
+    say(c->ctl, &c->r);
+    free_all(c->data, c->ctl, c->go, c->ack);
+    return rc ? fiber_task_fail("%s: %s", name, fiber_last_error()) : 0;
+}
+
+/* After the go, puts j.count messages, then one end marker.  For latency,
+ * LAT_WARMUP more messages go first, each stamped and sent only after the
+ * previous one's acknowledgement. */
+static int producer(const void *arg, size_t len, const char *name,
+                    int latency)
+{
+    struct child c;
+    int rc = child_begin(&c, arg, len, name, R_PRODUCER);
+    if (rc)
+        return rc;
+    rc = say(c.ctl, &c.r);
     if (rc == 0)
-        rc = fiber_queue_get(go, NULL, -1);
+        rc = fiber_queue_get(c.go, NULL, -1);
     struct msg m;
     memset(&m, 0, sizeof m);
     m.kind = K_DATA;
-    r.first_ns = bench_now_ns();
-    for (uint64_t i = 0; rc == 0 && i < j.count; i++) {
+    uint64_t n = c.j.count + (latency ? LAT_WARMUP : 0);
+    c.r.first_ns = bench_now_ns();
+    for (uint64_t i = 0; rc == 0 && i < n; i++) {
         m.seq = i;
-        rc = fiber_queue_put(data, &m, sizeof m, -1);
+        if (latency)
+            m.stamp_ns = bench_now_ns();
+        rc = fiber_queue_put(c.data, &m, sizeof m, -1);
+        if (rc == 0 && latency)
+            rc = fiber_queue_get(c.ack, NULL, -1);
         if (rc == 0)
-            r.count++;
+            c.r.count++;
     }
     m.kind = K_END;
     if (rc == 0)
-        rc = fiber_queue_put(data, &m, sizeof m, -1);
-    r.last_ns = bench_now_ns();
-    r.kind = K_RESULT;
-    r.error = rc;
-    say(ctl, &r);
-    free_all(data, ctl, go, ack);
-    return rc ? fiber_task_fail("bq_producer: %s", fiber_last_error()) : 0;
+        rc = fiber_queue_put(c.data, &m, sizeof m, -1);
+    c.r.last_ns = bench_now_ns();
+    return child_end(&c, rc, name);
 }
 
-/* Gets until the first end marker. */
-FIBER_TASK(bq_consumer)
+/* Gets until the first end marker.  For latency, records now - stamp of
+ * every message after the first LAT_WARMUP and acknowledges each. */
+static int consumer(const void *arg, size_t len, const char *name,
+                    int latency)
 {
-    struct job j;
-    fiber_queue *data, *ctl, *go, *ack;
-    if (job_from(arg, len, &j) != 0)
-        return fiber_task_fail("bq_consumer: bad argument");
-    if (open_all(&j, &data, &ctl, &go, &ack) != 0)
-        return fiber_task_fail("bq_consumer: open: %s", fiber_last_error());
-    struct result r = {.kind = K_READY, .role = R_CONSUMER};
-    int rc = say(ctl, &r);
-    fiber_buf b = {0};
-    while (rc == 0) {
-        b.len = 0;
-        rc = fiber_queue_get(data, &b, -1);
-        if (rc)
-            break;
-        struct msg m;
-        if (b.len != sizeof m) {
-            rc = fiber_task_fail("bq_consumer: a message of %zu bytes", b.len);
-            break;
-        }
-        memcpy(&m, b.data, sizeof m);
-        if (m.kind == K_END)
-            break;
-        r.count++;
-        r.last_ns = bench_now_ns();
-    }
-    fiber_buf_free(&b);
-    r.kind = K_RESULT;
-    r.error = rc;
-    say(ctl, &r);
-    free_all(data, ctl, go, ack);
-    return rc ? fiber_task_fail("bq_consumer: %s", fiber_last_error()) : 0;
-}
-
-/* Sends j.count (+ warm-up) stamped messages, each after the previous
- * one's acknowledgement. */
-FIBER_TASK(bq_lat_producer)
-{
-    struct job j;
-    fiber_queue *data, *ctl, *go, *ack;
-    if (job_from(arg, len, &j) != 0)
-        return fiber_task_fail("bq_lat_producer: bad argument");
-    if (open_all(&j, &data, &ctl, &go, &ack) != 0)
-        return fiber_task_fail("bq_lat_producer: open: %s",
-                               fiber_last_error());
-    struct result r = {.kind = K_READY, .role = R_PRODUCER};
-    int rc = say(ctl, &r);
-    if (rc == 0)
-        rc = fiber_queue_get(go, NULL, -1);
-    struct msg m;
-    memset(&m, 0, sizeof m);
-    m.kind = K_DATA;
-    r.first_ns = bench_now_ns();
-    for (uint64_t i = 0; rc == 0 && i < j.count + LAT_WARMUP; i++) {
-        m.seq = i;
-        m.stamp_ns = bench_now_ns();
-        rc = fiber_queue_put(data, &m, sizeof m, -1);
-        if (rc == 0)
-            rc = fiber_queue_get(ack, NULL, -1);
-        if (rc == 0)
-            r.count++;
-    }
-    m.kind = K_END;
-    if (rc == 0)
-        rc = fiber_queue_put(data, &m, sizeof m, -1);
-    r.last_ns = bench_now_ns();
-    r.kind = K_RESULT;
-    r.error = rc;
-    say(ctl, &r);
-    free_all(data, ctl, go, ack);
-    return rc ? fiber_task_fail("bq_lat_producer: %s", fiber_last_error())
-              : 0;
-}
-
-FIBER_TASK(bq_lat_consumer)
-{
-    struct job j;
-    fiber_queue *data, *ctl, *go, *ack;
-    if (job_from(arg, len, &j) != 0)
-        return fiber_task_fail("bq_lat_consumer: bad argument");
-    double *lat = calloc(j.count ? j.count : 1, sizeof *lat);
-    if (!lat)
-        return fiber_task_fail("bq_lat_consumer: out of memory");
-    if (open_all(&j, &data, &ctl, &go, &ack) != 0) {
-        free(lat);
-        return fiber_task_fail("bq_lat_consumer: open: %s",
-                               fiber_last_error());
-    }
-    struct result r = {.kind = K_READY, .role = R_CONSUMER};
-    int rc = say(ctl, &r);
+    struct child c;
+    int rc = child_begin(&c, arg, len, name, R_CONSUMER);
+    if (rc)
+        return rc;
+    double *lat = NULL;
+    if (latency && !(lat = calloc(c.j.count ? c.j.count : 1, sizeof *lat)))
+        return fiber_task_fail("%s: out of memory", name);
+    rc = say(c.ctl, &c.r);
     fiber_buf b = {0};
     size_t n = 0;
     for (uint64_t i = 0; rc == 0; i++) {
         b.len = 0;
-        rc = fiber_queue_get(data, &b, -1);
+        rc = fiber_queue_get(c.data, &b, -1);
         uint64_t now = bench_now_ns();
         if (rc)
             break;
         struct msg m;
         if (b.len != sizeof m) {
-            rc = fiber_task_fail("bq_lat_consumer: a message of %zu bytes",
-                                 b.len);
+            rc = fiber_task_fail("%s: a message of %zu bytes", name, b.len);
             break;
         }
         memcpy(&m, b.data, sizeof m);
         if (m.kind == K_END)
             break;
-        if (i >= LAT_WARMUP && n < j.count)
+        c.r.count++;
+        c.r.last_ns = now;
+        if (!latency)
+            continue;
+        if (i >= LAT_WARMUP && n < c.j.count)
             lat[n++] = (double)(now - m.stamp_ns) / 1e3;
-        r.count++;
-        rc = fiber_queue_put(ack, "a", 1, -1);
+        rc = fiber_queue_put(c.ack, "a", 1, -1);
     }
     fiber_buf_free(&b);
     if (rc == 0 && n > 0) {
-        r.lat_median_us = bench_median(lat, n); /* sorts lat */
-        r.lat_p99_us = bench_percentile(lat, n, 99);
+        c.r.lat_median_us = bench_median(lat, n); /* sorts lat */
+        c.r.lat_p99_us = bench_percentile(lat, n, 99);
     }
     free(lat);
-    r.kind = K_RESULT;
-    r.error = rc;
-    say(ctl, &r);
-    free_all(data, ctl, go, ack);
-    return rc ? fiber_task_fail("bq_lat_consumer: %s", fiber_last_error())
-              : 0;
+    return child_end(&c, rc, name);
+}
+
+FIBER_TASK(bq_producer)
+{
+    return producer(arg, len, "bq_producer", 0);
+}
+
+FIBER_TASK(bq_consumer)
+{
+    return consumer(arg, len, "bq_consumer", 0);
+}
+
+FIBER_TASK(bq_lat_producer)
+{
+    return producer(arg, len, "bq_lat_producer", 1);
+}
+
+FIBER_TASK(bq_lat_consumer)
+{
+    return consumer(arg, len, "bq_lat_consumer", 1);
 }
 
 /* ---- the master ---------------------------------------------------------- */
@@ -428,34 +401,25 @@ static int run_once(struct queues *q, int np, int nc, long messages,
     memset(&j, 0, sizeof j);
     if (set_handle(&j.data, q->data) != 0 || set_handle(&j.ctl, q->ctl) != 0)
         return -1;
-    for (int i = 0; i < nc && rc == 0; i++) {
-        j.role = R_CONSUMER;
-        j.count = (uint64_t)messages;
+    /* The consumers first, then the producers (k: the producer's index). */
+    static const char *const tasks[2][2] = {
+        {"bq_consumer", "bq_producer"},
+        {"bq_lat_consumer", "bq_lat_producer"}};
+    for (int i = 0; i < nc + np && rc == 0; i++) {
+        int k = i - nc, is_producer = k >= 0;
+        j.role = is_producer ? R_PRODUCER : R_CONSUMER;
+        j.count = is_producer ? (uint64_t)(messages / np + (k < messages % np))
+                              : (uint64_t)messages;
         j.go.len = 0;
-        if (latency)
-            rc = set_handle(&j.ack, q->ack);
-        if (rc == 0 &&
-            fiber_process_start(&procs[n], latency ? "bq_lat_consumer"
-                                                   : "bq_consumer",
-                                &j, sizeof j, NULL) != 0) {
-            fprintf(stderr, PROG ": starting a consumer: %s\n",
-                    fiber_last_error());
-            rc = -1;
-        }
-        if (rc == 0)
-            n++;
-    }
-    for (int i = 0; i < np && rc == 0; i++) {
-        j.role = R_PRODUCER;
-        j.count = (uint64_t)(messages / np + (i < messages % np));
-        rc = set_handle(&j.go, q->go);
+        if (is_producer)
+            rc = set_handle(&j.go, q->go);
         if (rc == 0 && latency)
             rc = set_handle(&j.ack, q->ack);
         if (rc == 0 &&
-            fiber_process_start(&procs[n], latency ? "bq_lat_producer"
-                                                   : "bq_producer",
-                                &j, sizeof j, NULL) != 0) {
-            fprintf(stderr, PROG ": starting a producer: %s\n",
+            fiber_process_start(&procs[n], tasks[latency][is_producer], &j,
+                                sizeof j, NULL) != 0) {
+            fprintf(stderr, PROG ": starting a %s: %s\n",
+                    is_producer ? "producer" : "consumer",
                     fiber_last_error());
             rc = -1;
         }
@@ -523,8 +487,9 @@ static int run_fiber(const struct options *o, struct figures *f)
         return -1;
     int rc = 0;
     static const int shapes[2] = {1, 4};
+    struct bench_stats *stats[2] = {&f->rate_1x1, &f->rate_4x4};
     for (int s = 0; s < 2 && rc == 0; s++) {
-        double *v = s == 0 ? f->rates_1x1 : f->rates_4x4;
+        double v[64];
         for (long r = 0; r < o->runs && rc == 0; r++) {
             rc = run_once(&q, shapes[s], shapes[s], o->messages, 0, &v[r],
                           NULL, NULL);
@@ -534,16 +499,12 @@ static int run_fiber(const struct options *o, struct figures *f)
                 fflush(stdout);
             }
         }
+        if (rc == 0)
+            *stats[s] = bench_summarize(v, (size_t)o->runs);
     }
-    if (rc == 0) {
-        double tmp[64];
-        memcpy(tmp, f->rates_1x1, sizeof tmp);
-        f->rate_1x1 = bench_median(tmp, (size_t)o->runs);
-        memcpy(tmp, f->rates_4x4, sizeof tmp);
-        f->rate_4x4 = bench_median(tmp, (size_t)o->runs);
+    if (rc == 0)
         rc = run_once(&q, 1, 1, o->samples, 1, NULL, &f->lat_median_us,
                       &f->lat_p99_us);
-    }
     if (rc == 0) {
         printf("fiber  latency: median %.1f us, p99 %.1f us (%ld samples)\n",
                f->lat_median_us, f->lat_p99_us, o->samples);
@@ -557,68 +518,47 @@ static int run_fiber(const struct options *o, struct figures *f)
 
 static int run_peer(const struct options *o, struct figures *p)
 {
-    char args[256], last[8192];
+    char args[256];
     snprintf(args, sizeof args,
              "--messages %ld --runs %ld --samples %ld --capacity %ld",
              o->messages, o->runs, o->samples, o->capacity);
-    if (bench_run_peer(PROG, "queue_peer.py", args, last, sizeof last) != 0)
-        return -1;
-    if (bench_json_number(last, "msgs_per_s_1x1", &p->rate_1x1) != 0 ||
-        bench_json_number(last, "msgs_per_s_4x4", &p->rate_4x4) != 0 ||
-        bench_json_number(last, "latency_median_us", &p->lat_median_us) !=
-            0 ||
-        bench_json_number(last, "latency_p99_us", &p->lat_p99_us) != 0) {
-        fprintf(stderr, PROG ": peer: cannot parse its last line: %s", last);
-        return -1;
-    }
-    return 0;
+    return bench_peer_figures(PROG, "queue_peer.py", args, figure_keys,
+                              N_FIGURES, p);
 }
 
 /* ---- output ------------------------------------------------------------ */
 
-static void range_of(const double *v, long n, double *lo, double *hi)
+/* A row of messages per second; fiber/mp = f / p. */
+static void rate_row(const char *what, const struct bench_stats *f,
+                     const struct bench_stats *p)
 {
-    *lo = *hi = v[0];
-    for (long i = 1; i < n; i++) {
-        if (v[i] < *lo)
-            *lo = v[i];
-        if (v[i] > *hi)
-            *hi = v[i];
-    }
+    printf("%-26s %14.0f %10.0f..%-11.0f", what, f->median, f->min, f->max);
+    if (p)
+        printf(" %14.0f %9.2fx\n", p->median, f->median / p->median);
+    else
+        printf(" %14s %10s\n", "-", "-");
+}
+
+/* A row of microseconds; fiber/mp = p / f. */
+static void latency_row(const char *what, double f, const double *p)
+{
+    printf("%-26s %14.1f %22s", what, f, "");
+    if (p)
+        printf(" %14.1f %9.2fx\n", *p, *p / f);
+    else
+        printf(" %14s %10s\n", "-", "-");
 }
 
 static void print_table(const struct options *o, const struct figures *f,
                         const struct figures *p)
 {
-    double lo1, hi1, lo4, hi4;
-    range_of(f->rates_1x1, o->runs, &lo1, &hi1);
-    range_of(f->rates_4x4, o->runs, &lo4, &hi4);
     printf("\n%-26s %14s %22s %14s %10s\n", "", "fiber", "fiber min..max",
            "mp.Queue", "fiber/mp");
-    printf("%-26s %14.0f %10.0f..%-11.0f", "msgs/s 1 prod x 1 cons",
-           f->rate_1x1, lo1, hi1);
-    if (p)
-        printf(" %14.0f %9.2fx\n", p->rate_1x1, f->rate_1x1 / p->rate_1x1);
-    else
-        printf(" %14s %10s\n", "-", "-");
-    printf("%-26s %14.0f %10.0f..%-11.0f", "msgs/s 4 prod x 4 cons",
-           f->rate_4x4, lo4, hi4);
-    if (p)
-        printf(" %14.0f %9.2fx\n", p->rate_4x4, f->rate_4x4 / p->rate_4x4);
-    else
-        printf(" %14s %10s\n", "-", "-");
-    printf("%-26s %14.1f %22s", "latency median (us)", f->lat_median_us, "");
-    if (p)
-        printf(" %14.1f %9.2fx\n", p->lat_median_us,
-               p->lat_median_us / f->lat_median_us);
-    else
-        printf(" %14s %10s\n", "-", "-");
-    printf("%-26s %14.1f %22s", "latency p99 (us)", f->lat_p99_us, "");
-    if (p)
-        printf(" %14.1f %9.2fx\n", p->lat_p99_us,
-               p->lat_p99_us / f->lat_p99_us);
-    else
-        printf(" %14s %10s\n", "-", "-");
+    rate_row("msgs/s 1 prod x 1 cons", &f->rate_1x1, p ? &p->rate_1x1 : NULL);
+    rate_row("msgs/s 4 prod x 4 cons", &f->rate_4x4, p ? &p->rate_4x4 : NULL);
+    latency_row("latency median (us)", f->lat_median_us,
+                p ? &p->lat_median_us : NULL);
+    latency_row("latency p99 (us)", f->lat_p99_us, p ? &p->lat_p99_us : NULL);
     printf("(%ld messages of %d bytes per run, capacity %ld, median of %ld "
            "runs;\n latency: one message in flight, %ld samples; fiber/mp > "
            "1 means fiber is better)\n\n",
@@ -628,17 +568,14 @@ static void print_table(const struct options *o, const struct figures *f,
 static void print_json(const struct options *o, const struct figures *f,
                        const struct figures *p)
 {
-    printf("{\"messages\":%ld,\"msg_bytes\":%d,\"capacity\":%ld,\"runs\":%ld,"
-           "\"msgs_per_s_1x1\":%.1f,\"msgs_per_s_4x4\":%.1f,"
-           "\"latency_median_us\":%.2f,\"latency_p99_us\":%.2f,",
-           o->messages, MSG_BYTES, o->capacity, o->runs, f->rate_1x1,
-           f->rate_4x4, f->lat_median_us, f->lat_p99_us);
-    if (p)
-        printf("\"peer\":{\"msgs_per_s_1x1\":%.1f,\"msgs_per_s_4x4\":%.1f,"
-               "\"latency_median_us\":%.2f,\"latency_p99_us\":%.2f}}\n",
-               p->rate_1x1, p->rate_4x4, p->lat_median_us, p->lat_p99_us);
-    else
-        printf("\"peer\":null}\n");
+    bench_json_open(NULL);
+    bench_json_long("messages", o->messages);
+    bench_json_long("msg_bytes", MSG_BYTES);
+    bench_json_long("capacity", o->capacity);
+    bench_json_long("runs", o->runs);
+    bench_json_write(figure_keys, N_FIGURES, f);
+    bench_json_peer(figure_keys, N_FIGURES, p);
+    bench_json_close();
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -662,67 +599,33 @@ static void usage(FILE *f)
             "The last line of output is one JSON object.\n");
 }
 
-/* Returns 0, 1 for --help, or -1 for a bad command line. */
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long *dst = NULL, lo = 1, hi = 0;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return 1;
-        if (strcmp(a, "--no-peer") == 0) {
-            o->no_peer = 1;
-            continue;
-        }
-        if (strcmp(a, "--messages") == 0)
-            dst = &o->messages, lo = 8, hi = 1000000000L;
-        else if (strcmp(a, "--runs") == 0)
-            dst = &o->runs, hi = 64;
-        else if (strcmp(a, "--samples") == 0)
-            dst = &o->samples, hi = 10000000L;
-        else if (strcmp(a, "--capacity") == 0)
-            dst = &o->capacity, hi = 1000000L;
-        if (!dst) {
-            fprintf(stderr, PROG ": unknown argument '%s'\n", a);
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, PROG ": %s wants a value\n", a);
-            return -1;
-        }
-        if (bench_parse_long(PROG, a, argv[++i], lo, hi, dst) != 0)
-            return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    int rc = fiber_init(&argc, &argv); /* children never return from here */
-    if (rc) {
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
     struct options o = {1000000, 3, 2000, 1024, 0};
-    rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o.no_peer},
+        {"--messages", .value = &o.messages, .lo = 8, .hi = 1000000000L},
+        {"--runs", .value = &o.runs, .lo = 1, .hi = 64},
+        {"--samples", .value = &o.samples, .lo = 1, .hi = 10000000L},
+        {"--capacity", .value = &o.capacity, .lo = 1, .hi = 1000000L},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
     printf(PROG ": fiber %s, local backend, %ld messages of %d bytes, "
            "capacity %ld, %ld runs\n",
            fiber_version(), o.messages, MSG_BYTES, o.capacity, o.runs);
     fflush(stdout);
-    static struct figures f, p;
+    struct figures f, p, *pp = NULL;
     if (run_fiber(&o, &f) != 0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    struct figures *pp = NULL;
-    if (!o.no_peer && run_peer(&o, &p) == 0)
+    if (!o.no_peer && bench_peer_done(PROG, run_peer(&o, &p)))
         pp = &p;
-    else if (!o.no_peer)
-        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
     print_table(&o, &f, pp);
     print_json(&o, &f, pp);
     return 0;

@@ -276,22 +276,27 @@ static void print_table(const struct result res[N_RINGS], double memcpy64,
 static void print_json(const struct result res[N_RINGS], double memcpy64,
                        double memcpy1)
 {
-    printf("{");
+    bench_json_open(NULL);
     for (int s = 0; s < N_SIZES; s++)
         for (int i = 0; i < N_RINGS; i++)
-            printf("\"busbw_gbps_%s_n%d\":%.4f,", size_names[s],
-                   ring_sizes[i], res[i].busbw[s]);
+            bench_json_num(bench_key("busbw_gbps_%s_n%d", size_names[s],
+                                     ring_sizes[i]),
+                           4, res[i].busbw[s]);
     for (int s = 0; s < N_SIZES; s++)
         for (int i = 0; i < N_RINGS; i++)
-            printf("\"ms_%s_n%d\":%.4f,", size_names[s], ring_sizes[i],
-                   res[i].median_s[s] * 1e3);
+            bench_json_num(bench_key("ms_%s_n%d", size_names[s],
+                                     ring_sizes[i]),
+                           4, res[i].median_s[s] * 1e3);
     for (int i = 0; i < N_RINGS; i++)
-        printf("\"ratio_to_memcpy_64mib_n%d\":%.4f,", ring_sizes[i],
-               res[i].busbw[1] / memcpy64);
-    printf("\"memcpy_gbps_1mib\":%.4f,\"memcpy_gbps_64mib\":%.4f,", memcpy1,
-           memcpy64);
-    printf("\"peer\":null,\"peer_note\":\"Python multiprocessing has no "
-           "allreduce; no peer is run\"}\n");
+        bench_json_num(bench_key("ratio_to_memcpy_64mib_n%d", ring_sizes[i]),
+                       4, res[i].busbw[1] / memcpy64);
+    bench_json_num("memcpy_gbps_1mib", 4, memcpy1);
+    bench_json_num("memcpy_gbps_64mib", 4, memcpy64);
+    bench_json_null("peer");
+    bench_json_string("peer_note",
+                      "Python multiprocessing has no allreduce; no peer is "
+                      "run");
+    bench_json_close();
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -306,43 +311,23 @@ static void usage(FILE *f)
                "The last line of output is one JSON object.\n");
 }
 
-/* Returns 0, 1 for --help, or -1 for a bad command line. */
-static int parse_args(int argc, char **argv, int *rounds)
-{
-    for (int i = 1; i < argc; i++) {
-        long v;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc &&
-            bench_parse_long(PROG, "--rounds", argv[++i], 1, MAX_ROUNDS,
-                             &v) == 0) {
-            *rounds = (int)v;
-            continue;
-        }
-        fprintf(stderr, PROG ": bad argument '%s'\n", argv[i]);
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    int rc = fiber_init(&argc, &argv); /* members never return from here */
-    if (rc) {
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0) /* members never return */
         return 1;
-    }
-    int rounds = 9;
-    rc = parse_args(argc, argv, &rounds);
-    if (rc)
-        usage(rc > 0 ? stdout : stderr);
-    if (rc)
-        return rc > 0 ? 0 : 2;
-    printf(PROG ": fiber %s, local processes, float32 sum, %d rounds\n",
+    long rounds = 9;
+    const struct bench_flag flags[] = {
+        {"--rounds", .value = &rounds, .lo = 1, .hi = MAX_ROUNDS},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
+    printf(PROG ": fiber %s, local processes, float32 sum, %ld rounds\n",
            fiber_version(), rounds);
     struct result res[N_RINGS];
     for (int i = 0; i < N_RINGS; i++) {
-        if (run_ring(ring_sizes[i], rounds, &res[i]) != 0) {
+        if (run_ring(ring_sizes[i], (int)rounds, &res[i]) != 0) {
             fprintf(stderr, PROG ": FAILED\n");
             return 1;
         }

@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,16 @@ struct result {
     double master_rss_kib;
     long workers, ran_tasks_min, ran_tasks_max, distinct;
 };
+
+/* The figures both sides report, in this order, after "workers". */
+static const struct bench_figure figure_keys[] = {
+    {"connect_s", offsetof(struct result, connect_s), 4, 0},
+    {"total_s", offsetof(struct result, total_s), 4, 0},
+    {"rss_per_worker_kib", offsetof(struct result, rss_kib), 1, 0},
+    {"pss_per_worker_kib", offsetof(struct result, pss_kib), 1, 1},
+    {"create_s", offsetof(struct result, create_s), 4, 1},
+};
+#define N_FIGURES (sizeof figure_keys / sizeof figure_keys[0])
 
 /* The initializer: records this worker's pid and the time. */
 FIBER_TASK(bench_scale_init)
@@ -130,44 +141,20 @@ static void raise_nofile(void)
            (unsigned long long)rl.rlim_max, (unsigned long long)was);
 }
 
-static long read_long_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    long v = -1;
-    if (f) {
-        if (fscanf(f, "%ld", &v) != 1)
-            v = -1;
-        fclose(f);
-    }
-    return v;
-}
-
-static long count_open_fds(void)
-{
-    char path[64];
-    long n = 0;
-    for (int fd = 0; fd < 65536; fd++) {
-        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-        if (access(path, F_OK) == 0)
-            n++;
-    }
-    return n;
-}
-
 /* Says which system limit a failure most likely hit. */
 static void diagnose_limits(const char *err, long n)
 {
     struct rlimit nofile, nproc;
     getrlimit(RLIMIT_NOFILE, &nofile);
     getrlimit(RLIMIT_NPROC, &nproc);
-    long pid_max = read_long_file("/proc/sys/kernel/pid_max");
-    long threads = read_long_file("/proc/sys/kernel/threads-max");
+    long pid_max = bench_read_long_file("/proc/sys/kernel/pid_max");
+    long threads = bench_read_long_file("/proc/sys/kernel/threads-max");
     fprintf(stderr,
             PROG ": limits: RLIMIT_NOFILE soft %llu hard %llu (open now: "
             "%ld); RLIMIT_NPROC soft %llu; kernel.pid_max %ld; "
             "kernel.threads-max %ld; workers wanted %ld\n",
             (unsigned long long)nofile.rlim_cur,
-            (unsigned long long)nofile.rlim_max, count_open_fds(),
+            (unsigned long long)nofile.rlim_max, bench_count_open_fds(),
             (unsigned long long)nproc.rlim_cur, pid_max, threads, n);
     if (strstr(err, "Too many open files") || strstr(err, "EMFILE"))
         fprintf(stderr, PROG ": LIMIT HIT: the master ran out of file "
@@ -453,17 +440,13 @@ static int run_peer(const struct options *o, struct result *pr)
         return -1;
     double w;
     memset(pr, 0, sizeof *pr);
-    if (bench_json_number(last, "workers", &w) ||
-        bench_json_number(last, "connect_s", &pr->connect_s) ||
-        bench_json_number(last, "total_s", &pr->total_s) ||
-        bench_json_number(last, "rss_per_worker_kib", &pr->rss_kib)) {
-        fprintf(stderr, PROG ": peer: missing figures in: %s", last);
+    if (bench_json_number(last, "workers", &w) != 0) {
+        fprintf(stderr, PROG ": peer: no number for \"workers\" in: %s",
+                last);
         return -1;
     }
-    bench_json_number(last, "pss_per_worker_kib", &pr->pss_kib);
-    bench_json_number(last, "create_s", &pr->create_s);
     pr->workers = (long)w;
-    return 0;
+    return bench_json_read(PROG, last, figure_keys, N_FIGURES, pr);
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -487,42 +470,6 @@ static void usage(FILE *f)
             DEFAULT_WORKERS);
 }
 
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    o->workers = DEFAULT_WORKERS;
-    o->peer_workers = 0;
-    o->timeout_s = 300;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--no-peer") == 0) {
-            o->no_peer = 1;
-        } else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--workers", argv[++i], 1, 65536,
-                                 &o->workers))
-                return -1;
-        } else if (strcmp(argv[i], "--peer-workers") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--peer-workers", argv[++i], 1, 65536,
-                                 &o->peer_workers))
-                return -1;
-        } else if (strcmp(argv[i], "--chunksize") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--chunksize", argv[++i], 0, 1000000,
-                                 &o->chunksize))
-                return -1;
-        } else if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--timeout", argv[++i], 1, 86400,
-                                 &o->timeout_s))
-                return -1;
-        } else {
-            fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
-            return -1;
-        }
-    }
-    if (o->peer_workers == 0)
-        o->peer_workers = o->workers;
-    return 0;
-}
-
 /* One table row; x = mp / fiber (every figure here is lower-is-better). */
 static void row(const char *what, double f, double p, int have_peer)
 {
@@ -534,18 +481,45 @@ static void row(const char *what, double f, double p, int have_peer)
         printf(" %12s %10s\n", "-", "-");
 }
 
+static void print_json(const struct options *o, const struct result *r,
+                       const struct result *p, double floor_s)
+{
+    bench_json_open(NULL);
+    bench_json_long("workers", r->workers);
+    bench_json_write(figure_keys, N_FIGURES, r);
+    bench_json_num("free_s", 4, r->free_s);
+    bench_json_num("master_rss_kib", 0, r->master_rss_kib);
+    bench_json_long("tasks_per_worker_min", r->ran_tasks_min);
+    bench_json_long("tasks_per_worker_max", r->ran_tasks_max);
+    bench_json_long("workers_used", r->distinct);
+    bench_json_num("sleep_floor_s", 4, floor_s);
+    bench_json_long("chunksize", o->chunksize);
+    if (bench_json_open_peer(p)) {
+        bench_json_long("workers", p->workers);
+        bench_json_write(figure_keys, N_FIGURES, p);
+        bench_json_close();
+    }
+    bench_json_close();
+}
+
 int main(int argc, char **argv)
 {
-    if (fiber_init(&argc, &argv) != 0) { /* children never return here */
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
-    struct options o = {0};
-    int rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
+    struct options o = {DEFAULT_WORKERS, 0, 300, 0, 0};
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o.no_peer},
+        {"--workers", .value = &o.workers, .lo = 1, .hi = 65536},
+        {"--peer-workers", .value = &o.peer_workers, .lo = 1, .hi = 65536},
+        {"--chunksize", .value = &o.chunksize, .lo = 0, .hi = 1000000},
+        {"--timeout", .value = &o.timeout_s, .lo = 1, .hi = 86400},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
+    if (o.peer_workers == 0)
+        o.peer_workers = o.workers;
     printf(PROG ": fiber %s, local backend, %ld workers, %d tasks of %d ms "
            "per worker\n", fiber_version(), o.workers, TASKS_PER_WORKER,
            TASK_MS);
@@ -558,11 +532,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    int have_peer = 0;
-    if (!o.no_peer && run_peer(&o, &p) == 0)
-        have_peer = 1;
-    else if (!o.no_peer)
-        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
+    int have_peer = !o.no_peer && bench_peer_done(PROG, run_peer(&o, &p));
     if (have_peer && p.workers != r.workers)
         printf("\nNOTE: the peer ran %ld workers, fiber %ld: compare "
                "per-worker figures only\n", p.workers, r.workers);
@@ -580,20 +550,6 @@ int main(int argc, char **argv)
     row("Pss/worker (KiB)", r.pss_kib, p.pss_kib, have_peer);
     printf("(x = mp / fiber: above 1, fiber is faster or smaller; mp = "
            "Python multiprocessing.Pool)\n\n");
-    printf("{\"workers\":%ld,\"connect_s\":%.4f,\"total_s\":%.4f,"
-           "\"rss_per_worker_kib\":%.1f,\"pss_per_worker_kib\":%.1f,"
-           "\"create_s\":%.4f,\"free_s\":%.4f,\"master_rss_kib\":%.0f,"
-           "\"tasks_per_worker_min\":%ld,\"tasks_per_worker_max\":%ld,"
-           "\"workers_used\":%ld,\"sleep_floor_s\":%.4f,\"chunksize\":%ld,",
-           r.workers, r.connect_s, r.total_s, r.rss_kib, r.pss_kib,
-           r.create_s, r.free_s, r.master_rss_kib, r.ran_tasks_min,
-           r.ran_tasks_max, r.distinct, floor_s, o.chunksize);
-    if (have_peer)
-        printf("\"peer\":{\"workers\":%ld,\"connect_s\":%.4f,\"total_s\":%.4f,"
-               "\"rss_per_worker_kib\":%.1f,\"pss_per_worker_kib\":%.1f,"
-               "\"create_s\":%.4f}}\n", p.workers, p.connect_s, p.total_s,
-               p.rss_kib, p.pss_kib, p.create_s);
-    else
-        printf("\"peer\":null}\n");
+    print_json(&o, &r, have_peer ? &p : NULL, floor_s);
     return 0;
 }

@@ -13,21 +13,14 @@
  * load.  Output: progress and a table on stdout, then as the LAST line one
  * JSON object; diagnostics go to stderr.
  */
-#include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 
 #include <fiber/fiber.h>
 
-#ifndef FIBER_BENCH_PEER_DIR
-#error "FIBER_BENCH_PEER_DIR must name the directory holding spawn_peer.py"
-#endif
+#include "bench_common.h"
 
+#define PROG "bench-spawn"
 #define N_SIZES 3
 #define MAX_ROUNDS 1000
 /* Long enough for 128 children on a loaded 2-core box, short enough that
@@ -38,10 +31,6 @@ static const int sizes[N_SIZES] = {1, 16, 128};
 /* Fewer rounds for 128: each one already averages over many processes. */
 static const int default_rounds[N_SIZES] = {7, 7, 5};
 
-struct stats {
-    double median, min, max;
-};
-
 /* The peer's medians in ms per process, indexed like sizes[]. */
 struct peer_result {
     double spawn[N_SIZES];
@@ -49,20 +38,13 @@ struct peer_result {
 };
 
 struct options {
-    int rounds; /* 0: the per-N defaults */
+    long rounds; /* 0: the per-N defaults */
     int no_peer;
 };
 
 FIBER_TASK(bench_noop)
 {
     return 0;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* ---- fiber side ---------------------------------------------------------- */
@@ -73,7 +55,7 @@ static int start_all(fiber_process **procs, int n)
 {
     for (int i = 0; i < n; i++) {
         if (fiber_process_start(&procs[i], "bench_noop", NULL, 0, NULL) != 0) {
-            fprintf(stderr, "bench-spawn: starting process %d of %d: %s\n",
+            fprintf(stderr, PROG ": starting process %d of %d: %s\n",
                     i + 1, n, fiber_last_error());
             return i;
         }
@@ -85,7 +67,7 @@ static int join_all(fiber_process **procs, int n)
 {
     for (int i = 0; i < n; i++) {
         if (fiber_process_join(procs[i], JOIN_TIMEOUT_MS) != 0) {
-            fprintf(stderr, "bench-spawn: joining %s: %s\n",
+            fprintf(stderr, PROG ": joining %s: %s\n",
                     fiber_process_name(procs[i]), fiber_last_error());
             return -1;
         }
@@ -101,11 +83,11 @@ static int check_exits(fiber_process **procs, int n)
     for (int i = 0; i < n; i++) {
         int code = -1;
         if (fiber_process_exitcode(procs[i], &code) != 0) {
-            fprintf(stderr, "bench-spawn: exit code of %s: %s\n",
+            fprintf(stderr, PROG ": exit code of %s: %s\n",
                     fiber_process_name(procs[i]), fiber_last_error());
             bad++;
         } else if (code != 0) {
-            fprintf(stderr, "bench-spawn: %s (pid %ld) exited with %d, "
+            fprintf(stderr, PROG ": %s (pid %ld) exited with %d, "
                     "want 0\n", fiber_process_name(procs[i]),
                     fiber_process_pid(procs[i]), code);
             bad++;
@@ -125,46 +107,30 @@ static void free_all(fiber_process **procs, int n)
  * time per process in *ms, or -1 after saying what failed. */
 static int run_round(fiber_process **procs, int n, double *ms)
 {
-    double t0 = now_ms();
+    uint64_t t0 = bench_now_ns();
     int started = start_all(procs, n);
     int rc = started == n ? join_all(procs, n) : -1;
-    double t1 = now_ms();
+    uint64_t t1 = bench_now_ns();
     if (rc == 0)
         rc = check_exits(procs, n);
     free_all(procs, started);
-    *ms = (t1 - t0) / n;
+    *ms = (double)(t1 - t0) / 1e6 / n;
     return rc;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place. */
-static struct stats summarize(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    struct stats s = {v[n / 2], v[0], v[n - 1]};
-    if (n % 2 == 0)
-        s.median = (v[n / 2 - 1] + v[n / 2]) / 2;
-    return s;
 }
 
 /* Runs `rounds` rounds of n processes.  Returns 0 and their statistics in
  * *s, or -1. */
-static int measure(int n, int rounds, struct stats *s)
+static int measure(int n, int rounds, struct bench_stats *s)
 {
     fiber_process **procs = calloc((size_t)n, sizeof *procs);
     double *ms = calloc((size_t)rounds, sizeof *ms);
     int rc = procs && ms ? 0 : -1;
     if (rc)
-        fprintf(stderr, "bench-spawn: out of memory\n");
+        fprintf(stderr, PROG ": out of memory\n");
     for (int r = 0; r < rounds && rc == 0; r++)
         rc = run_round(procs, n, &ms[r]);
     if (rc == 0)
-        *s = summarize(ms, rounds);
+        *s = bench_summarize(ms, (size_t)rounds);
     free(procs);
     free(ms);
     return rc;
@@ -182,10 +148,10 @@ static int warm_up(void)
 
 static int rounds_for(const struct options *o, int i)
 {
-    return o->rounds > 0 ? o->rounds : default_rounds[i];
+    return o->rounds > 0 ? (int)o->rounds : default_rounds[i];
 }
 
-static int run_fiber(const struct options *o, struct stats st[N_SIZES])
+static int run_fiber(const struct options *o, struct bench_stats st[N_SIZES])
 {
     if (warm_up() != 0)
         return -1;
@@ -202,148 +168,36 @@ static int run_fiber(const struct options *o, struct stats st[N_SIZES])
 
 /* ---- the peer ---------------------------------------------------------- */
 
-/* Appends s to buf in single quotes, so that any path survives sh: inside
- * them only ' itself is special, and it is written as '\''. */
-static int shell_quote(char *buf, size_t size, const char *s)
-{
-    size_t k = strlen(buf);
-    if (k + 1 >= size)
-        return -1;
-    buf[k++] = '\'';
-    for (; *s; s++) {
-        if (k + 6 > size) /* room for '\'' plus the closing quote and NUL */
-            return -1;
-        if (*s == '\'') {
-            memcpy(buf + k, "'\\''", 4);
-            k += 4;
-        } else {
-            buf[k++] = *s;
-        }
-    }
-    buf[k++] = '\'';
-    buf[k] = '\0';
-    return 0;
-}
-
-static int peer_command(char *buf, size_t size, int rounds)
-{
-    snprintf(buf, size, "python3 ");
-    if (shell_quote(buf, size, FIBER_BENCH_PEER_DIR "/spawn_peer.py") != 0)
-        return -1;
-    size_t k = strlen(buf);
-    /* Without --rounds the peer uses the same per-N defaults as we do. */
-    if (rounds > 0 &&
-        (size_t)snprintf(buf + k, size - k, " --rounds %d", rounds) >=
-            size - k)
-        return -1;
-    return 0;
-}
-
-/* Copies the object that follows "key" in json into buf.  The peer's
- * objects hold numbers only, so the first '}' closes it. */
-static int json_object(const char *json, const char *key, char *buf,
-                       size_t size)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *k = strstr(json, pat);
-    const char *open = k ? strchr(k + strlen(pat), '{') : NULL;
-    const char *close = open ? strchr(open, '}') : NULL;
-    if (!close || (size_t)(close - open) + 2 > size)
-        return -1;
-    memcpy(buf, open, (size_t)(close - open) + 1);
-    buf[close - open + 1] = '\0';
-    return 0;
-}
-
-/* Parses the number after "key": in obj.  The closing quote in the
- * pattern keeps "ms_per_proc_1" from matching "ms_per_proc_16". */
-static int json_number(const char *obj, const char *key, double *out)
-{
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\"", key);
-    const char *p = strstr(obj, pat);
-    if (!p)
-        return -1;
-    p += strlen(pat);
-    p += strspn(p, " \t");
-    if (*p++ != ':')
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(p, &end);
-    if (end == p || errno || !isfinite(v) || v <= 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
+/* The peer's medians of one start method, from its object under
+ * "method". */
 static int parse_method(const char *json, const char *method,
                         double out[N_SIZES])
 {
-    char obj[512], key[32];
-    if (json_object(json, method, obj, sizeof obj) != 0)
+    char obj[512];
+    if (bench_json_object(json, method, obj, sizeof obj) != 0)
         return -1;
     for (int i = 0; i < N_SIZES; i++) {
-        snprintf(key, sizeof key, "ms_per_proc_%d", sizes[i]);
-        if (json_number(obj, key, &out[i]) != 0)
+        if (bench_json_number(obj, bench_key("ms_per_proc_%d", sizes[i]),
+                              &out[i]) != 0 ||
+            out[i] <= 0)
             return -1;
     }
     return 0;
-}
-
-/* Reads the peer's stdout, keeping its last non-empty line. */
-static void read_last_line(FILE *f, char *last, size_t size)
-{
-    char line[4096];
-    last[0] = '\0';
-    while (fgets(line, sizeof line, f)) {
-        if (line[strspn(line, " \t\r\n")] != '\0')
-            snprintf(last, size, "%s", line);
-    }
-}
-
-static void report_status(int status)
-{
-    if (status == -1)
-        fprintf(stderr, "bench-spawn: peer: waiting for python3: %s\n",
-                strerror(errno));
-    else if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-        fprintf(stderr, "bench-spawn: peer: python3 not found on PATH\n");
-    else if (WIFEXITED(status))
-        fprintf(stderr, "bench-spawn: peer: spawn_peer.py exited with %d\n",
-                WEXITSTATUS(status));
-    else if (WIFSIGNALED(status))
-        fprintf(stderr, "bench-spawn: peer: spawn_peer.py killed by signal "
-                "%d\n", WTERMSIG(status));
 }
 
 /* Runs the peer and parses its figures.  Returns 0, or -1 after saying on
  * stderr why there are none. */
-static int run_peer(int rounds, struct peer_result *pr)
+static int run_peer(long rounds, struct peer_result *pr)
 {
-    char cmd[PATH_MAX + 64], last[4096];
-    if (peer_command(cmd, sizeof cmd, rounds) != 0) {
-        fprintf(stderr, "bench-spawn: peer: path too long\n");
+    char args[64] = "", last[4096];
+    /* Without --rounds the peer uses the same per-N defaults as we do. */
+    if (rounds > 0)
+        snprintf(args, sizeof args, "--rounds %ld", rounds);
+    if (bench_run_peer(PROG, "spawn_peer.py", args, last, sizeof last))
         return -1;
-    }
-    fflush(stdout); /* keep our progress ahead of the peer's */
-    FILE *f = popen(cmd, "r");
-    if (!f) {
-        fprintf(stderr, "bench-spawn: peer: popen(%s): %s\n", cmd,
-                strerror(errno));
-        return -1;
-    }
-    read_last_line(f, last, sizeof last);
-    int status = pclose(f);
-    if (status != 0) {
-        report_status(status);
-        return -1;
-    }
     if (parse_method(last, "spawn", pr->spawn) != 0 ||
         parse_method(last, "fork", pr->fork) != 0) {
-        fprintf(stderr, "bench-spawn: peer: cannot parse its last line: %s",
-                last[0] ? last : "(no output)\n");
+        fprintf(stderr, PROG ": peer: cannot parse its last line: %s", last);
         return -1;
     }
     return 0;
@@ -353,7 +207,7 @@ static int run_peer(int rounds, struct peer_result *pr)
 
 /* The ratios are peer / fiber: how many times faster fiber is (below 1:
  * slower). */
-static void print_table(const struct stats st[N_SIZES],
+static void print_table(const struct bench_stats st[N_SIZES],
                         const struct peer_result *pr)
 {
     printf("\n%5s %14s %16s %10s %10s %12s %11s\n", "N", "fiber ms/proc",
@@ -373,29 +227,31 @@ static void print_table(const struct stats st[N_SIZES],
     printf("(mp = Python multiprocessing; medians in ms per process)\n\n");
 }
 
-static void print_keys(const char *name, const double v[N_SIZES])
+/* The medians v as "ms_per_proc_<N>" members. */
+static void print_keys(const double v[N_SIZES])
 {
-    printf("\"%s\":{", name);
     for (int i = 0; i < N_SIZES; i++)
-        printf("%s\"ms_per_proc_%d\":%.4f", i ? "," : "", sizes[i], v[i]);
-    printf("}");
+        bench_json_num(bench_key("ms_per_proc_%d", sizes[i]), 4, v[i]);
 }
 
-static void print_json(const struct stats st[N_SIZES],
+static void print_json(const struct bench_stats st[N_SIZES],
                        const struct peer_result *pr)
 {
-    printf("{");
+    double medians[N_SIZES];
     for (int i = 0; i < N_SIZES; i++)
-        printf("\"ms_per_proc_%d\":%.4f,", sizes[i], st[i].median);
-    if (pr) {
-        printf("\"peer\":{");
-        print_keys("spawn", pr->spawn);
-        printf(",");
-        print_keys("fork", pr->fork);
-        printf("}}\n");
-    } else {
-        printf("\"peer\":null}\n");
+        medians[i] = st[i].median;
+    bench_json_open(NULL);
+    print_keys(medians);
+    if (bench_json_open_peer(pr)) {
+        bench_json_open("spawn");
+        print_keys(pr->spawn);
+        bench_json_close();
+        bench_json_open("fork");
+        print_keys(pr->fork);
+        bench_json_close();
+        bench_json_close();
     }
+    bench_json_close();
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -403,7 +259,7 @@ static void print_json(const struct stats st[N_SIZES],
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: bench-spawn [--rounds R] [--no-peer] [--help]\n"
+            "usage: " PROG " [--rounds R] [--no-peer] [--help]\n"
             "Time to start and join N no-op local processes (N = 1, 16, "
             "128),\nin ms per process: the median over rounds, with min "
             "and max.\n"
@@ -412,57 +268,28 @@ static void usage(FILE *f)
             "The last line of output is one JSON object.\n");
 }
 
-/* Returns 0, 1 for --help, or -1 for a bad command line. */
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--no-peer") == 0) {
-            o->no_peer = 1;
-        } else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
-            char *end;
-            long r = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || r < 1 || r > MAX_ROUNDS) {
-                fprintf(stderr, "bench-spawn: --rounds wants 1..%d, not "
-                        "'%s'\n", MAX_ROUNDS, argv[i]);
-                return -1;
-            }
-            o->rounds = (int)r;
-        } else {
-            fprintf(stderr, "bench-spawn: unknown argument '%s'\n", argv[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    int rc = fiber_init(&argc, &argv); /* children never return from here */
-    if (rc) {
-        fprintf(stderr, "bench-spawn: fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
     struct options o = {0, 0};
-    rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
-    printf("bench-spawn: fiber %s, local backend, no-op task\n",
-           fiber_version());
-    struct stats st[N_SIZES];
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o.no_peer},
+        {"--rounds", .value = &o.rounds, .lo = 1, .hi = MAX_ROUNDS},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
+    printf(PROG ": fiber %s, local backend, no-op task\n", fiber_version());
+    struct bench_stats st[N_SIZES];
     if (run_fiber(&o, st) != 0) {
-        fprintf(stderr, "bench-spawn: FAILED\n");
+        fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
     struct peer_result peer, *pr = NULL;
-    if (!o.no_peer && run_peer(o.rounds, &peer) == 0)
+    if (!o.no_peer && bench_peer_done(PROG, run_peer(o.rounds, &peer)))
         pr = &peer;
-    else if (!o.no_peer)
-        fprintf(stderr, "bench-spawn: no peer figures; reporting \"peer\": "
-                "null\n");
     print_table(st, pr);
     print_json(st, pr);
     return 0;

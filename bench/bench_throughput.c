@@ -22,6 +22,7 @@
  * under "peer".
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,17 @@ struct options {
     int no_peer;
 };
 
-struct rate {
-    double median, min, max; /* tasks per second */
+/* The peer's medians, tasks per second. */
+struct peer_rates {
+    double chunk1, automatic;
 };
+
+/* In the JSON line and the peer's, in this order. */
+static const struct bench_figure peer_keys[] = {
+    {"chunk1_tasks_per_s", offsetof(struct peer_rates, chunk1), 0, 0},
+    {"auto_tasks_per_s", offsetof(struct peer_rates, automatic), 0, 0},
+};
+#define N_PEER_KEYS (sizeof peer_keys / sizeof peer_keys[0])
 
 /* The no-op: returns its 8-byte record unchanged. */
 FIBER_TASK(bench_echo8)
@@ -81,8 +90,10 @@ static double one_map(fiber_pool *pool, const uint64_t *in, uint64_t *out,
     return (double)n / t;
 }
 
+/* Tasks per second of o->runs maps. */
 static int measure(fiber_pool *pool, const uint64_t *in, uint64_t *out,
-                   const struct options *o, size_t chunksize, struct rate *r)
+                   const struct options *o, size_t chunksize,
+                   struct bench_stats *r)
 {
     double v[MAX_RUNS];
     for (long k = 0; k < o->runs; k++) {
@@ -90,9 +101,7 @@ static int measure(fiber_pool *pool, const uint64_t *in, uint64_t *out,
         if (v[k] < 0)
             return -1;
     }
-    r->median = bench_median(v, (size_t)o->runs);
-    r->min = v[0];
-    r->max = v[o->runs - 1];
+    *r = bench_summarize(v, (size_t)o->runs);
     printf("fiber  chunksize %-5s %12.0f tasks/s  (min %.0f, max %.0f, %ld "
            "runs of %ld)\n", chunksize ? "1" : "auto", r->median, r->min,
            r->max, o->runs, o->tasks);
@@ -100,8 +109,8 @@ static int measure(fiber_pool *pool, const uint64_t *in, uint64_t *out,
     return 0;
 }
 
-static int run_fiber(const struct options *o, struct rate *c1,
-                     struct rate *au)
+static int run_fiber(const struct options *o, struct bench_stats *c1,
+                     struct bench_stats *au)
 {
     size_t n = (size_t)o->tasks;
     uint64_t *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out);
@@ -134,19 +143,54 @@ static int run_fiber(const struct options *o, struct rate *c1,
 
 /* ---- the peer ------------------------------------------------------------ */
 
-static int run_peer(const struct options *o, double *c1, double *au)
+static int run_peer(const struct options *o, struct peer_rates *p)
 {
-    char args[128], last[4096];
+    char args[128];
     snprintf(args, sizeof args, "--tasks %ld --chunk1-tasks %ld --runs %ld",
              o->tasks, o->peer_tasks, o->runs);
-    if (bench_run_peer(PROG, "throughput_peer.py", args, last, sizeof last))
-        return -1;
-    if (bench_json_number(last, "chunk1_tasks_per_s", c1) ||
-        bench_json_number(last, "auto_tasks_per_s", au)) {
-        fprintf(stderr, PROG ": peer: missing figures in: %s", last);
-        return -1;
+    return bench_peer_figures(PROG, "throughput_peer.py", args, peer_keys,
+                              N_PEER_KEYS, p);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static void print_row(const char *what, double f, const double *p)
+{
+    if (p)
+        printf("%-10s %14.0f %14.0f %9.1fx\n", what, f, *p, f / *p);
+    else
+        printf("%-10s %14.0f %14s %10s\n", what, f, "-", "-");
+}
+
+static void print_table(const struct options *o, const struct bench_stats *c1,
+                        const struct bench_stats *au,
+                        const struct peer_rates *p)
+{
+    printf("\n%-10s %14s %14s %10s\n", "chunksize", "fiber tasks/s",
+           "mp tasks/s", "fiber/mp");
+    print_row("1", c1->median, p ? &p->chunk1 : NULL);
+    print_row("auto", au->median, p ? &p->automatic : NULL);
+    printf("(medians of %ld runs; mp = Python multiprocessing.Pool(2).map: "
+           "chunksize=1 over %ld tasks,\n 'auto' = its default chunking "
+           "over %ld tasks; fiber/mp above 1: fiber faster)\n\n", o->runs,
+           o->peer_tasks, o->tasks);
+}
+
+static void print_json(const struct options *o, const struct bench_stats *c1,
+                       const struct bench_stats *au,
+                       const struct peer_rates *p)
+{
+    bench_json_open(NULL);
+    bench_json_num("chunk1_tasks_per_s", 0, c1->median);
+    bench_json_num("auto_tasks_per_s", 0, au->median);
+    bench_json_long("tasks", o->tasks);
+    bench_json_long("runs", o->runs);
+    if (bench_json_open_peer(p)) {
+        bench_json_write(peer_keys, N_PEER_KEYS, p);
+        bench_json_long("chunk1_tasks", o->peer_tasks);
+        bench_json_close();
     }
-    return 0;
+    bench_json_close();
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -169,84 +213,32 @@ static void usage(FILE *f)
             DEFAULT_TASKS, DEFAULT_PEER_TASKS, DEFAULT_RUNS);
 }
 
-static int parse_args(int argc, char **argv, struct options *o)
-{
-    o->tasks = DEFAULT_TASKS;
-    o->peer_tasks = DEFAULT_PEER_TASKS;
-    o->runs = DEFAULT_RUNS;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if (strcmp(argv[i], "--no-peer") == 0) {
-            o->no_peer = 1;
-        } else if (strcmp(argv[i], "--tasks") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--tasks", argv[++i], 1, 100000000,
-                                 &o->tasks))
-                return -1;
-        } else if (strcmp(argv[i], "--peer-tasks") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--peer-tasks", argv[++i], 1,
-                                 100000000, &o->peer_tasks))
-                return -1;
-        } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
-            if (bench_parse_long(PROG, "--runs", argv[++i], 1, MAX_RUNS,
-                                 &o->runs))
-                return -1;
-        } else {
-            fprintf(stderr, PROG ": unknown argument '%s'\n", argv[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    if (fiber_init(&argc, &argv) != 0) { /* children never return here */
-        fprintf(stderr, PROG ": fiber_init: %s\n", fiber_last_error());
+    if (bench_init(PROG, &argc, &argv) != 0)
         return 1;
-    }
-    struct options o = {0};
-    int rc = parse_args(argc, argv, &o);
-    if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
-        return rc > 0 ? 0 : 2;
-    }
+    struct options o = {DEFAULT_TASKS, DEFAULT_PEER_TASKS, DEFAULT_RUNS, 0};
+    const struct bench_flag flags[] = {
+        {"--no-peer", .on = &o.no_peer},
+        {"--tasks", .value = &o.tasks, .lo = 1, .hi = 100000000},
+        {"--peer-tasks", .value = &o.peer_tasks, .lo = 1, .hi = 100000000},
+        {"--runs", .value = &o.runs, .lo = 1, .hi = MAX_RUNS},
+        {NULL},
+    };
+    int rc = bench_parse_args(PROG, argc, argv, flags);
+    if (rc != 0)
+        return bench_usage_exit(rc, usage);
     printf(PROG ": fiber %s, local backend, %d workers, %ld no-op tasks "
            "of 8 bytes\n", fiber_version(), WORKERS, o.tasks);
-    struct rate c1, au;
+    struct bench_stats c1, au;
     if (run_fiber(&o, &c1, &au) != 0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
-    double pc1 = 0, pau = 0;
-    int have_peer = 0;
-    if (!o.no_peer && run_peer(&o, &pc1, &pau) == 0)
-        have_peer = 1;
-    else if (!o.no_peer)
-        fprintf(stderr, PROG ": no peer figures; reporting \"peer\": null\n");
-    printf("\n%-10s %14s %14s %10s\n", "chunksize", "fiber tasks/s",
-           "mp tasks/s", "fiber/mp");
-    if (have_peer) {
-        printf("%-10s %14.0f %14.0f %9.1fx\n", "1", c1.median, pc1,
-               c1.median / pc1);
-        printf("%-10s %14.0f %14.0f %9.1fx\n", "auto", au.median, pau,
-               au.median / pau);
-    } else {
-        printf("%-10s %14.0f %14s %10s\n", "1", c1.median, "-", "-");
-        printf("%-10s %14.0f %14s %10s\n", "auto", au.median, "-", "-");
-    }
-    printf("(medians of %ld runs; mp = Python multiprocessing.Pool(2).map: "
-           "chunksize=1 over %ld tasks,\n 'auto' = its default chunking "
-           "over %ld tasks; fiber/mp above 1: fiber faster)\n\n", o.runs,
-           o.peer_tasks, o.tasks);
-    printf("{\"chunk1_tasks_per_s\":%.0f,\"auto_tasks_per_s\":%.0f,"
-           "\"tasks\":%ld,\"runs\":%ld,", c1.median, au.median, o.tasks,
-           o.runs);
-    if (have_peer)
-        printf("\"peer\":{\"chunk1_tasks_per_s\":%.0f,"
-               "\"auto_tasks_per_s\":%.0f,\"chunk1_tasks\":%ld}}\n", pc1, pau,
-               o.peer_tasks);
-    else
-        printf("\"peer\":null}\n");
+    struct peer_rates p, *pp = NULL;
+    if (!o.no_peer && bench_peer_done(PROG, run_peer(&o, &p)))
+        pp = &p;
+    print_table(&o, &c1, &au, pp);
+    print_json(&o, &c1, &au, pp);
     return 0;
 }

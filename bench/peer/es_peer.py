@@ -21,15 +21,17 @@ Progress goes to stderr; stdout holds exactly one line, a JSON object
 {"overhead_ms_per_iter_w1": .., "overhead_min_ms_per_iter_w1": .., ...},
 which bench-es reads as the last line.
 """
-import argparse
 import array
-import json
 import multiprocessing
+import os
 import random
 import statistics
 import struct
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (found through the line above)
 
 # struct es_task: magic, env_id, kind, nparams, obs_dim, hidden,
 # noise_offset, sigma, episodes, seed -- 40 bytes, as in rollout.h.
@@ -79,26 +81,19 @@ def measure(workers, pop, iters, warmup):
         times = [one_iteration(pool, rng, theta, pop)
                  for _ in range(warmup + iters)][warmup:]
     ms, fastest = statistics.median(times) * 1e3, min(times) * 1e3
-    print(f"  {workers:4d} workers: {ms:8.2f} ms/iteration, fastest "
-          f"{fastest:.2f} ({iters} iterations, run "
-          f"{time.perf_counter() - t0:.1f} s with start-up)",
-          file=sys.stderr, flush=True)
+    peer_common.say(f"  {workers:4d} workers: {ms:8.2f} ms/iteration, "
+                    f"fastest {fastest:.2f} ({iters} iterations, run "
+                    f"{time.perf_counter() - t0:.1f} s with start-up)")
     return ms, fastest
 
 
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--max-workers", type=positive_int, default=512)
-    ap.add_argument("--pop", type=positive_int, default=2048,
+    ap = peer_common.parser(__doc__)
+    ap.add_argument("--max-workers", type=peer_common.positive_int,
+                    default=512)
+    ap.add_argument("--pop", type=peer_common.positive_int, default=2048,
                     help="pairs per iteration (default 2048)")
-    ap.add_argument("--iters", type=positive_int, default=20,
+    ap.add_argument("--iters", type=peer_common.positive_int, default=20,
                     help="timed iterations per worker count (default 20)")
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args()
@@ -109,7 +104,7 @@ def main():
         out[f"overhead_ms_per_iter_w{w}"] = round(ms, 4)
         out[f"overhead_min_ms_per_iter_w{w}"] = round(fastest, 4)
         w *= 2
-    print(json.dumps(out), flush=True)
+    peer_common.emit(out)
 
 
 if __name__ == "__main__":

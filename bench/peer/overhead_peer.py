@@ -13,13 +13,14 @@ Progress goes to stderr; stdout holds exactly one line, a JSON object with
 seq_<D>ms_s, map_<D>ms_s, floor_<D>ms_s, map_floor_<D>ms_s and
 overhead_us_per_round_<D>ms, which bench-overhead reads as the last line.
 """
-import argparse
-import json
 import multiprocessing
 import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (found through the line above)
 
 WORKERS = 5
 
@@ -60,7 +61,7 @@ def run_map(pool, d_ms):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = peer_common.parser(__doc__)
     ap.add_argument("--durations", default="1000,100,10,1",
                     help="task durations in ms (default 1000,100,10,1)")
     ap.add_argument("--repeat", type=int, default=5,
@@ -89,13 +90,13 @@ def main():
             out[f"floor_{d_ms}ms_s"] = round(med(floor), 6)
             out[f"map_floor_{d_ms}ms_s"] = round(med(mfloor), 6)
             out[f"overhead_us_per_round_{d_ms}ms"] = round(med(ovh), 2)
-            print(f"mp     {d_ms:5d} ms x {rounds_for(d_ms) * WORKERS:<5d}  "
-                  f"seq {med(seq):.4f} s (floor {med(floor):.4f}, "
-                  f"{med(ovh):.1f} us/round, {min(seq):.4f}..{max(seq):.4f})"
-                  f"  map {med(mp):.4f} s (floor {med(mfloor):.4f}, "
-                  f"{min(mp):.4f}..{max(mp):.4f})", file=sys.stderr,
-                  flush=True)
-    print(json.dumps(out), flush=True)
+            peer_common.say(
+                f"mp     {d_ms:5d} ms x {rounds_for(d_ms) * WORKERS:<5d}  "
+                f"seq {med(seq):.4f} s (floor {med(floor):.4f}, "
+                f"{med(ovh):.1f} us/round, {min(seq):.4f}..{max(seq):.4f})"
+                f"  map {med(mp):.4f} s (floor {med(mfloor):.4f}, "
+                f"{min(mp):.4f}..{max(mp):.4f})")
+    peer_common.emit(out)
 
 
 if __name__ == "__main__":

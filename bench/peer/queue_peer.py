@@ -14,14 +14,15 @@ Progress goes to stderr; stdout holds exactly one line, a JSON object:
 {"msgs_per_s_1x1": .., "msgs_per_s_4x4": .., "latency_median_us": ..,
  "latency_p99_us": ..}, which bench-queue reads as the last line.
 """
-import argparse
-import json
-import math
 import multiprocessing as mp
+import os
 import statistics
 import struct
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (found through the line above)
 
 MSG_BYTES = 64
 LAT_WARMUP = 100  # as in bench_queue.c
@@ -85,11 +86,6 @@ def lat_consumer(data, ctl, ack):
     ctl.put(("result", "consumer", len(lat), 0, 0, lat))
 
 
-def nearest_rank(sorted_v, p):
-    rank = max(1, min(len(sorted_v), math.ceil(p / 100 * len(sorted_v))))
-    return sorted_v[rank - 1]
-
-
 def run_once(np, nc, messages, capacity, latency=False):
     data = mp.Queue(maxsize=capacity)
     ctl, go, ack = mp.Queue(), mp.Queue(), mp.Queue()
@@ -117,12 +113,10 @@ def run_once(np, nc, messages, capacity, latency=False):
     results = [ctl.get(timeout=3600) for _ in procs]
     for p in procs:
         p.join()
-    bad = [(p.name, p.exitcode) for p in procs if p.exitcode != 0]
-    if bad:
-        sys.exit(f"queue_peer: processes did not exit 0: {bad}")
+    peer_common.check_exits(procs, "queue_peer")
     if latency:
         lat = sorted(next(r[5] for r in results if r[1] == "consumer"))
-        return statistics.median(lat), nearest_rank(lat, 99)
+        return statistics.median(lat), peer_common.nearest_rank(lat, 99)
     put = sum(r[2] for r in results if r[1] == "producer")
     got = sum(r[2] for r in results if r[1] == "consumer")
     if put != messages or got != messages:
@@ -132,34 +126,28 @@ def run_once(np, nc, messages, capacity, latency=False):
     return messages / ((last - first) / 1e9)
 
 
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--messages", type=positive_int, default=1000000)
-    ap.add_argument("--runs", type=positive_int, default=3)
-    ap.add_argument("--samples", type=positive_int, default=2000)
-    ap.add_argument("--capacity", type=positive_int, default=1024)
+    ap = peer_common.parser(__doc__)
+    ap.add_argument("--messages", type=peer_common.positive_int,
+                    default=1000000)
+    ap.add_argument("--runs", type=peer_common.positive_int, default=3)
+    ap.add_argument("--samples", type=peer_common.positive_int, default=2000)
+    ap.add_argument("--capacity", type=peer_common.positive_int, default=1024)
     args = ap.parse_args()
     out = {}
     for shape in (1, 4):
         rates = []
         for r in range(args.runs):
             rates.append(run_once(shape, shape, args.messages, args.capacity))
-            print(f"mp.Queue {shape}x{shape} run {r + 1}: "
-                  f"{rates[-1]:10.0f} msgs/s", file=sys.stderr, flush=True)
+            peer_common.say(f"mp.Queue {shape}x{shape} run {r + 1}: "
+                            f"{rates[-1]:10.0f} msgs/s")
         out[f"msgs_per_s_{shape}x{shape}"] = round(statistics.median(rates), 1)
     med, p99 = run_once(1, 1, args.samples, args.capacity, latency=True)
-    print(f"mp.Queue latency: median {med:.1f} us, p99 {p99:.1f} us "
-          f"({args.samples} samples)", file=sys.stderr, flush=True)
+    peer_common.say(f"mp.Queue latency: median {med:.1f} us, p99 {p99:.1f} "
+                    f"us ({args.samples} samples)")
     out["latency_median_us"] = round(med, 2)
     out["latency_p99_us"] = round(p99, 2)
-    print(json.dumps(out), flush=True)
+    peer_common.emit(out)
 
 
 if __name__ == "__main__":

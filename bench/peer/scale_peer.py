@@ -14,13 +14,14 @@ Progress goes to stderr; stdout holds exactly one line, a JSON object:
  "pss_per_worker_kib": .., "create_s": ..}, which bench-scale reads as the
 last line.
 """
-import argparse
-import json
 import multiprocessing
 import os
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (found through the line above)
 
 TASKS_PER_WORKER = 100
 TASK_S = 0.010
@@ -51,23 +52,8 @@ def read_records(path):
     return [(int(p), int(t)) for p, t in recs]
 
 
-def memory_kib(pids, kind):
-    total = 0.0
-    for pid in pids:
-        name = "status" if kind == "VmRSS:" else "smaps_rollup"
-        try:
-            with open(f"/proc/{pid}/{name}") as f:
-                for line in f:
-                    if line.startswith(kind):
-                        total += float(line.split()[1])
-                        break
-        except OSError:
-            pass
-    return total
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = peer_common.parser(__doc__)
     ap.add_argument("--workers", type=int, default=1024)
     ap.add_argument("--timeout", type=int, default=300)
     args = ap.parse_args()
@@ -78,8 +64,7 @@ def main():
         t0 = now_ns()
         pool = multiprocessing.Pool(n, initializer=record, initargs=(path,))
         create_s = (now_ns() - t0) / 1e9
-        print(f"mp     Pool({n}) returned after {create_s:.3f} s",
-              file=sys.stderr, flush=True)
+        peer_common.say(f"mp     Pool({n}) returned after {create_s:.3f} s")
         deadline = time.monotonic() + args.timeout
         while True:
             recs = read_records(path)
@@ -90,29 +75,28 @@ def main():
                          f"started within {args.timeout} s")
             time.sleep(0.002)
         connect_s = (max(t for _, t in recs) - t0) / 1e9
-        print(f"mp     {n} workers up after {connect_s:.3f} s",
-              file=sys.stderr, flush=True)
+        peer_common.say(f"mp     {n} workers up after {connect_s:.3f} s")
         t1 = time.perf_counter()
         pids = pool.map(task, range(n * TASKS_PER_WORKER))
         total_s = time.perf_counter() - t1
         workers = [p for p, _ in recs]
-        rss = memory_kib(workers, "VmRSS:") / n
-        pss = memory_kib(workers, "Pss:") / n
-        print(f"mp     {len(pids)} tasks of 10 ms in {total_s:.3f} s on "
-              f"{len(set(pids))} workers; VmRSS/worker {rss:.0f} KiB, "
-              f"Pss {pss:.0f} KiB", file=sys.stderr, flush=True)
+        rss = peer_common.memory_kib(workers, "VmRSS:") / n
+        pss = peer_common.memory_kib(workers, "Pss:") / n
+        peer_common.say(f"mp     {len(pids)} tasks of 10 ms in "
+                        f"{total_s:.3f} s on {len(set(pids))} workers; "
+                        f"VmRSS/worker {rss:.0f} KiB, Pss {pss:.0f} KiB")
         t2 = time.perf_counter()
         pool.terminate()
         pool.join()
-        print(f"mp     terminate+join took {time.perf_counter() - t2:.3f} s",
-              file=sys.stderr, flush=True)
+        peer_common.say(f"mp     terminate+join took "
+                        f"{time.perf_counter() - t2:.3f} s")
     finally:
         os.unlink(path)
-    print(json.dumps({"workers": n, "connect_s": round(connect_s, 4),
+    peer_common.emit({"workers": n, "connect_s": round(connect_s, 4),
                       "total_s": round(total_s, 4),
                       "rss_per_worker_kib": round(rss, 1),
                       "pss_per_worker_kib": round(pss, 1),
-                      "create_s": round(create_s, 4)}), flush=True)
+                      "create_s": round(create_s, 4)})
 
 
 if __name__ == "__main__":

@@ -9,12 +9,13 @@ Progress goes to stderr; stdout holds exactly one line, a JSON object:
 {"spawn": {"ms_per_proc_1": .., "ms_per_proc_16": .., "ms_per_proc_128": ..},
  "fork": {...}}, which bench-spawn reads as the last line.
 """
-import argparse
-import json
 import multiprocessing
-import statistics
+import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (found through the line above)
 
 SIZES = (1, 16, 128)
 # The same defaults as bench_spawn.c, so both sides do the same work.
@@ -36,11 +37,9 @@ def one_round(ctx, n):
         p.join()
     elapsed = time.perf_counter() - t0
     # As bench-spawn does: a process that did not exit 0 spoils the figure.
-    bad = [(p.name, p.exitcode) for p in procs if p.exitcode != 0]
+    peer_common.check_exits(procs, "spawn_peer")
     for p in procs:
         p.close()  # release the sentinel descriptors now, untimed
-    if bad:
-        sys.exit(f"spawn_peer: processes did not exit 0: {bad}")
     return elapsed * 1e3 / n
 
 
@@ -51,28 +50,21 @@ def measure(method, rounds):
     result = {}
     for n in SIZES:
         r = rounds or DEFAULT_ROUNDS[n]
-        ms = [one_round(ctx, n) for _ in range(r)]
-        result[f"ms_per_proc_{n}"] = round(statistics.median(ms), 4)
-        print(f"mp {method:<5} N={n:<4} {statistics.median(ms):8.3f} ms/proc"
-              f"  (min {min(ms):.3f}, max {max(ms):.3f}, {r} rounds)",
-              file=sys.stderr, flush=True)
+        med, lo, hi = peer_common.summarize(
+            [one_round(ctx, n) for _ in range(r)])
+        result[f"ms_per_proc_{n}"] = round(med, 4)
+        peer_common.say(f"mp {method:<5} N={n:<4} {med:8.3f} ms/proc  (min "
+                        f"{lo:.3f}, max {hi:.3f}, {r} rounds)")
     return result
 
 
-def positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=positive_int, default=0,
+    ap = peer_common.parser(__doc__)
+    ap.add_argument("--rounds", type=peer_common.positive_int, default=0,
                     help="rounds per N (default 7, 7 and 5)")
     args = ap.parse_args()
     out = {m: measure(m, args.rounds) for m in METHODS}
-    print(json.dumps(out), flush=True)
+    peer_common.emit(out)
 
 
 if __name__ == "__main__":

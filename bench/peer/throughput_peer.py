@@ -11,12 +11,13 @@ Progress goes to stderr; stdout holds exactly one line, a JSON object:
 {"chunk1_tasks_per_s": .., "auto_tasks_per_s": ..}, which bench-throughput
 reads as the last line.
 """
-import argparse
-import json
 import multiprocessing
-import statistics
+import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402  (found through the line above)
 
 WORKERS = 2
 
@@ -40,16 +41,16 @@ def one_map(pool, n, chunksize):
 
 
 def measure(pool, n, chunksize, runs):
-    v = [one_map(pool, n, chunksize) for _ in range(runs)]
-    med = statistics.median(v)
-    print(f"mp     chunksize {chunksize or 'auto':<5} {med:12.0f} tasks/s  "
-          f"(min {min(v):.0f}, max {max(v):.0f}, {runs} runs of {n})",
-          file=sys.stderr, flush=True)
+    med, lo, hi = peer_common.summarize(
+        [one_map(pool, n, chunksize) for _ in range(runs)])
+    peer_common.say(f"mp     chunksize {chunksize or 'auto':<5} {med:12.0f} "
+                    f"tasks/s  (min {lo:.0f}, max {hi:.0f}, {runs} runs of "
+                    f"{n})")
     return med
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = peer_common.parser(__doc__)
     ap.add_argument("--tasks", type=int, default=1000000)
     ap.add_argument("--chunk1-tasks", type=int, default=200000)
     ap.add_argument("--runs", type=int, default=5)
@@ -58,8 +59,8 @@ def main():
         one_map(pool, 20000, 0)  # untimed: both workers are up
         c1 = measure(pool, args.chunk1_tasks, 1, args.runs)
         auto = measure(pool, args.tasks, 0, args.runs)
-    print(json.dumps({"chunk1_tasks_per_s": round(c1),
-                      "auto_tasks_per_s": round(auto)}), flush=True)
+    peer_common.emit({"chunk1_tasks_per_s": round(c1),
+                      "auto_tasks_per_s": round(auto)})
 
 
 if __name__ == "__main__":

@@ -81,6 +81,8 @@ struct board_entry {
     uint32_t exploits;     /* how many times it copied another learner */
     double score;
     double sigma, lr;      /* what it trains with next */
+    double returns[POP_EVAL_EPISODES]; /* the round's episodes, in the
+                                          order of their start states */
 };
 
 /* The leaderboard's entry "best": the best score seen, kept by
@@ -95,6 +97,7 @@ struct learner_arg {
     uint32_t magic;
     uint32_t id, learners, rounds, iters, pop, episodes;
     uint32_t env_id, hidden, noise_log2, pbt;
+    uint32_t ready; /* rounds a learner trains before it may be replaced */
     uint64_t seed;      /* this learner's: policy, perturbations, explore */
     uint64_t eval_seed; /* the run's: every learner is scored on the same
                            start states in a round */

@@ -232,7 +232,7 @@ FIBER_API const char *fiber_version(void);
  * Configuration
  *
  * Keys (the full reference is docs/configuration.md):
- *   backend              local                       (default local)
+ *   backend              local|docker                (default local)
  *   log_level            error|warn|info|debug       (default warn)
  *   log_dir              directory for child logs    (default
  *                        $TMPDIR/fiber-<uid>/<run>/logs)
@@ -245,6 +245,18 @@ FIBER_API const char *fiber_version(void);
  *   heartbeat_ms         children say they are alive this often; a pool
  *                        worker silent for 10 intervals is lost (default
  *                        1000; 0 = off)
+ *   image                container image jobs run in, unless a job's
+ *                        options name one (docker; default none: make one
+ *                        with `fiber image build`)
+ *   docker_socket        the Docker engine's unix socket (default
+ *                        /var/run/docker.sock)
+ *   docker_network       network mode of docker jobs (default host, so
+ *                        they reach the master on loopback)
+ *   docker_mounts        extra bind mounts for docker jobs,
+ *                        "src:dst[:ro],..." (default none)
+ *
+ * With a backend whose jobs may not share this host's unix sockets
+ * (docker), the master uses transport tcp whatever transport says.
  *
  * Each key can be set in .fiberconfig (INI: "key = value", optionally under
  * a [fiber] section), in the environment as FIBER_<KEY> (upper case), or in
@@ -1050,6 +1062,238 @@ FIBER_API int fiber_custom_call(fiber_mobj *o, const char *task,
  * manager) until it returns; the change is what later methods see.
  * Returns 0, or FIBER_ESTATE outside a method. */
 FIBER_API int fiber_manager_state(fiber_buf **state);
+
+/* ------------------------------------------------------------------------
+ * Images and runs
+ *
+ * What the `fiber` command (docs/cli.md) is built on, for programs that
+ * want to do the same: build a container image of a fiber program, check
+ * which backends this host can use, start a program's master as a run, and
+ * list, read, stop and clean up runs.  None of these needs fiber_init().
+ *
+ * A run is a master and the jobs it started, named by its run id
+ * (fiber_run_id(), "fiber-3f9a1c2e").  Local runs are found through their
+ * run directories, $TMPDIR/fiber-<uid>/<run id>/ (TMPDIR defaults to
+ * /tmp), which hold the master's socket (master.sock), the children's logs
+ * (logs/, unless log_dir moves them to <log_dir>/<run id>/) and, for runs
+ * started by fiber_run_start(), master.pid.  A local run is alive while
+ * its master.sock accepts a connection, its recorded master process
+ * lives, an flock on its master.lock is held, or a job of it runs.
+ * Containers are found by their labels: fiber.run=<run id>, fiber.name,
+ * fiber.role, fiber.job.
+ *
+ * The Docker Engine is reached over the unix socket named by the
+ * docker_socket configuration key (default /var/run/docker.sock), speaking
+ * the API version the daemon reports on /_ping, at most 1.41.  Every call
+ * that talks to it may block for as long as the daemon takes; a daemon
+ * that cannot be reached fails the call with FIBER_EUNREACHABLE and a
+ * message that names the socket and says what to do.
+ * ------------------------------------------------------------------------ */
+
+/* Builds a container image of program and imports it into the Docker
+ * Engine (no registry is involved).
+ *
+ * The image is FROM scratch and holds only the program, every shared
+ * library the dynamic loader resolves for it (asked of the program's own
+ * loader, without LD_LIBRARY_PATH), the loader, /etc/ld.so.cache and an
+ * empty /tmp (mode 1777), each at the same path as on the host, with the
+ * symbolic links met on the way (/lib64 -> usr/lib64 on Debian).  So a
+ * backend can start the same program, at the same path, in a container.
+ * Libraries the program dlopen()s by itself at run time are not found.
+ * The image carries the labels fiber.program (the path) and
+ * fiber.build_id.
+ *
+ * program is a path, or a name searched in PATH.  tag is "NAME[:TAG]"
+ * (TAG defaults to "latest"); NULL uses fiber_image_default_tag(), which
+ * changes whenever the program is rebuilt.  On success the image id
+ * ("sha256:<64 hex>") is appended to id_out, which stays NUL-terminated
+ * (id_out->data[id_out->len] == '\0').
+ *
+ * Returns 0, FIBER_EINVAL (no such program, not an ELF executable, a
+ * library the loader cannot find, an invalid tag; the message says which
+ * and what to do), FIBER_EUNREACHABLE (no daemon), FIBER_EBACKEND (the
+ * daemon refused the image; its message is quoted), FIBER_ESYS,
+ * FIBER_ENOMEM.  On failure id_out is unchanged and no image is made. */
+FIBER_API int fiber_image_build(const char *program, const char *tag,
+                                fiber_buf *id_out);
+
+/* Writes program's default image tag into buf (size bytes):
+ * "fiber/<program's base name, lower-cased>:<first 12 hex digits of its
+ * GNU build id>" (of a BLAKE2b hash of the file if it has no build id).
+ * Reads the program but not the daemon.  Returns 0, FIBER_EINVAL (no such
+ * program, not ELF, buf too small). */
+FIBER_API int fiber_image_default_tag(const char *program, char *buf,
+                                      size_t size);
+
+typedef struct fiber_image_info {
+    char id[80];         /* "sha256:<64 hex>" */
+    char tag[256];       /* its first tag, or the name asked for */
+    char program[4096];  /* the fiber.program label, or "" */
+    int64_t size_bytes;  /* the image's size as the daemon reports it */
+} fiber_image_info;
+
+/* Looks image (a name[:tag] or an id) up in the Docker Engine and fills
+ * *out.  Returns 0, FIBER_ENOKEY (no such image), FIBER_EINVAL,
+ * FIBER_EUNREACHABLE, FIBER_EBACKEND. */
+FIBER_API int fiber_image_inspect(const char *image, fiber_image_info *out);
+
+/* Removes image (untags it, and deletes it once no tag is left).  Returns
+ * 0, FIBER_ENOKEY (no such image), FIBER_EBACKEND (the daemon refused,
+ * e.g. a container still uses it), FIBER_EUNREACHABLE, FIBER_EINVAL. */
+FIBER_API int fiber_image_remove(const char *image);
+
+/* Checks whether backend ("local", "docker", "slurm", "kubernetes") can be
+ * used from this host, and writes a line saying what was found into detail
+ * (size bytes; may be NULL): "Docker Engine 20.10.24 at
+ * /var/run/docker.sock, API 1.41 (fiber uses 1.41)", or why it cannot be
+ * used and what to do.  Returns 0 (usable), FIBER_EUNREACHABLE (its engine
+ * cannot be reached), FIBER_ENOTSUP (this build has no such backend yet),
+ * FIBER_EINVAL (unknown name). */
+FIBER_API int fiber_backend_check(const char *backend, char *detail,
+                                  size_t size);
+
+/* One job of a run, as fiber_runs_list() found it. */
+typedef struct fiber_job_info {
+    char name[64];      /* "master", "Process-1", "PoolWorker-3" */
+    char role[16];      /* "master", a container's fiber.role, or "job" */
+    char state[16];     /* "running", "exited", "created", "paused",
+                           "zombie", or "ended" (gone; its log remains) */
+    char status[64];    /* in words: "Up 3 minutes", "Exited (0) 2 hours
+                           ago", "pid 1234" */
+    long pid;           /* local: the process id, or -1 */
+    char container[16]; /* docker: the container's short id, or "" */
+} fiber_job_info;
+
+/* One run. */
+typedef struct fiber_run_info {
+    char run[64];          /* the run id */
+    char backend[16];      /* "local" or "docker" */
+    int alive;             /* 1 while its master runs, 0 once it has
+                              ended, -1 when that cannot be told (a
+                              master listening on TCP with no job running
+                              leaves no trace fiber can test) */
+    long master_pid;       /* the master's process id on this host, or -1 */
+    char dir[512];         /* its run directory, or "" */
+    size_t n_jobs;
+    fiber_job_info *jobs;  /* the master first, then by name */
+} fiber_run_info;
+
+typedef struct fiber_run_list {
+    size_t n;
+    fiber_run_info *runs;  /* sorted by run id */
+    char warning[512];     /* a source that could not be read ("docker:
+                              cannot reach ..."), or "" */
+} fiber_run_list;
+
+/* Finds the runs on this host: local run directories (this user's) and
+ * the Docker Engine's containers labelled fiber.run (when a daemon is
+ * there).  run names one run; NULL lists all.  *out must be zeroed or
+ * freed; the caller frees it with fiber_run_list_free().  A daemon that
+ * cannot be reached is not an error: local runs are listed and
+ * out->warning says why containers are not.  Returns 0, FIBER_ENOKEY
+ * (run given and not found), FIBER_ENOMEM, FIBER_ESYS. */
+FIBER_API int fiber_runs_list(const char *run, fiber_run_list *out);
+
+/* Frees what fiber_runs_list() stored and zeroes *l.  NULL is a no-op. */
+FIBER_API void fiber_run_list_free(fiber_run_list *l);
+
+/* Appends the logs of run's jobs to out: for a local run, the files of
+ * its log directory (the children's fiber logs, and the master's output
+ * for detached runs); for containers, what each wrote to stdout and
+ * stderr.  job names one job (a log file's name without .log, or a
+ * container's fiber.name); NULL gives all, each headed by a line
+ * "==> <name> <==".  Returns 0, FIBER_ENOKEY (no such run or job, or
+ * nothing logged), FIBER_EUNREACHABLE, FIBER_ENOMEM, FIBER_ESYS. */
+FIBER_API int fiber_run_logs(const char *run, const char *job,
+                             fiber_buf *out);
+
+/* Stops run: its containers (SIGTERM, then SIGKILL after
+ * terminate_grace_ms), and, locally, its master and the job processes
+ * found on this host (processes whose environment names the run) the same
+ * way.  Appends a line per action to report (may be NULL).  Returns 0
+ * when everything found was stopped, FIBER_ENOKEY (no such run, or
+ * nothing of it runs), FIBER_ESTATE (the run is alive but its master's
+ * process could not be found: message says so), FIBER_EUNREACHABLE,
+ * FIBER_EBACKEND, FIBER_ESYS. */
+FIBER_API int fiber_run_kill(const char *run, fiber_buf *report);
+
+/* Removes what dead runs left behind: their run directories (logs
+ * included) and their stopped containers.  run names one run, which must
+ * not be alive (FIBER_ESTATE otherwise; one whose state cannot be told,
+ * alive == -1, is cleaned when named); NULL cleans every dead run and
+ * leaves the others alone.  Appends a line per thing removed to report (may be
+ * NULL).  Returns 0, FIBER_ENOKEY, FIBER_ESTATE, FIBER_EUNREACHABLE (when
+ * containers had to be removed), FIBER_ESYS. */
+FIBER_API int fiber_run_clean(const char *run, fiber_buf *report);
+
+/* Starting a program's master as a run (what `fiber run` does). */
+typedef struct fiber_run_opts {
+    const char *backend;     /* "local" or "docker"; NULL = configured */
+    const char *image;       /* docker: the image; NULL = the program's
+                                default tag, built if missing */
+    int cpu;                 /* docker: CPUs for the master (0 = no limit) */
+    int memory_mb;           /* docker: memory limit (0 = none) */
+    int gpu;                 /* docker: GPUs (0 = none) */
+    const char *const *env;  /* extra "NAME=value" for the master */
+    int detach;              /* local: send the master's output to
+                                <run dir>/logs/master.log instead of ours */
+} fiber_run_opts;
+
+typedef struct fiber_run fiber_run;
+
+/* Starts argv[0] (a path, or a name searched in PATH; argv is
+ * NULL-terminated) as the master of a new run and returns at once.  The
+ * run id is chosen here, shown by fiber_run_name(), and handed to the
+ * program in FIBER_BOOT_RUN; the program's configuration gets
+ * FIBER_BACKEND=<backend> (and, for docker, FIBER_IMAGE) in its
+ * environment.
+ *
+ * local: the program runs as a child of the caller, with the caller's
+ * standard streams (or, detached, its output in the run's log directory),
+ * and its pid is recorded in <run dir>/master.pid.
+ * docker: the program runs in a container of the image named
+ * "<run id>-master", labelled as a run's master (fiber.run, fiber.role =
+ * master), with host networking and the daemon's socket mounted at
+ * /var/run/docker.sock, so that it can start its jobs as sibling
+ * containers.  The container is kept after it ends, for its logs, until
+ * fiber_run_clean().
+ *
+ * On success *out is a handle to free with fiber_run_free() (which does
+ * not stop the run).  Returns 0, FIBER_EINVAL (bad options, no program),
+ * FIBER_ENOTSUP (a backend fiber cannot start runs on), FIBER_ESPAWN (the
+ * program or container could not start; message says why),
+ * FIBER_EUNREACHABLE, FIBER_EBACKEND, FIBER_ESYS.  Nothing runs after a
+ * failure. */
+FIBER_API int fiber_run_start(fiber_run **out, const char *const *argv,
+                              const fiber_run_opts *opts);
+
+/* The run id ("fiber-3f9a1c2e"); lives as long as the handle. */
+FIBER_API const char *fiber_run_name(const fiber_run *r);
+
+/* The master's process id (local), or -1. */
+FIBER_API long fiber_run_pid(const fiber_run *r);
+
+/* The master's container id (docker), or "". */
+FIBER_API const char *fiber_run_container(const fiber_run *r);
+
+/* Copies the master's output to out_fd and err_fd as it is written, until
+ * the master ends (docker: the container's log stream).  For a local run
+ * not detached the output already goes to the caller's streams, and this
+ * returns at once.  Returns 0, FIBER_EUNREACHABLE, FIBER_EBACKEND,
+ * FIBER_ESYS (a write failed). */
+FIBER_API int fiber_run_follow(fiber_run *r, int out_fd, int err_fd);
+
+/* Waits up to timeout_ms for the master to end and stores its exit code
+ * in *exit_code (may be NULL): its exit status, or minus the signal that
+ * killed it (local).  Returns 0, FIBER_ETIMEDOUT, FIBER_EUNREACHABLE,
+ * FIBER_EBACKEND, FIBER_ESYS.  A local run's directory is removed here
+ * when nothing worth keeping is left in it. */
+FIBER_API int fiber_run_wait(fiber_run *r, int timeout_ms, int *exit_code);
+
+/* Frees the handle.  The run goes on (a local child that was not waited
+ * for is left to the caller's process, as with fork()).  NULL is a
+ * no-op. */
+FIBER_API void fiber_run_free(fiber_run *r);
 
 #ifdef __cplusplus
 }

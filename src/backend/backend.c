@@ -10,6 +10,7 @@
 
 static const struct fb_backend_ops *const backends[] = {
     &fb_backend_local,
+    &fb_backend_docker,
 };
 
 const struct fb_backend_ops *fb_backend_find(const char *name)
@@ -17,8 +18,8 @@ const struct fb_backend_ops *fb_backend_find(const char *name)
     for (size_t i = 0; i < FB_ARRAY_LEN(backends); i++)
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
-    fb_err(FIBER_ECONFIG, "backend '%s' does not exist; backends: local",
-           name);
+    fb_err(FIBER_ECONFIG,
+           "backend '%s' does not exist; backends: local, docker", name);
     return NULL;
 }
 
@@ -113,4 +114,12 @@ int fb_backend_release_job(struct fb_backend *be, struct fb_job *job)
     free(job->priv);
     free(job);
     return status;
+}
+
+int fb_backend_logs(struct fb_backend *be, struct fb_job *job, fiber_buf *out)
+{
+    if (!be->ops->logs)
+        return fb_err(FIBER_ENOTSUP, "the %s backend keeps no job output",
+                      be->ops->name);
+    return be->ops->logs(be, job, out);
 }

@@ -50,6 +50,11 @@ struct fb_job_spec {
     const char *name;      /* job name, unique within the run */
     const fiber_job_opts *opts; /* resources, image, workdir; may be NULL */
     uint64_t job_id;
+    const char *run_dir;   /* the run's private directory (mode 0700) on
+                              this host; container backends mount it and
+                              keep their per-job files there */
+    const char *log_dir;   /* where the job writes its log file (may lie
+                              outside run_dir, may not exist yet) */
 };
 
 struct fb_job {
@@ -140,7 +145,12 @@ int fb_backend_signal_job(struct fb_backend *be, struct fb_job *job,
 /* Releases the job (killing it first if it still runs) and frees it;
  * returns its final exit status. */
 int fb_backend_release_job(struct fb_backend *be, struct fb_job *job);
+/* Appends the job's output to out; FIBER_ENOTSUP when the backend keeps
+ * none. */
+int fb_backend_logs(struct fb_backend *be, struct fb_job *job,
+                    fiber_buf *out);
 
 extern const struct fb_backend_ops fb_backend_local;
+extern const struct fb_backend_ops fb_backend_docker;
 
 #endif /* FB_BACKEND_H */

@@ -39,7 +39,11 @@
     X(connect_timeout_ms, INT, 30000, integer, 1, 86400000)                    \
     X(terminate_grace_ms, INT, 2000, integer, 0, 3600000)                      \
     X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)              \
-    X(heartbeat_ms, INT, 1000, integer, 0, 3600000)
+    X(heartbeat_ms, INT, 1000, integer, 0, 3600000)                            \
+    X(image, STR, "", image, 0, 0)                                             \
+    X(docker_socket, STR, "/var/run/docker.sock", socket, 0, 0)                \
+    X(docker_network, STR, "host", network, 0, 0)                              \
+    X(docker_mounts, STR, "", mounts, 0, 0)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */
@@ -109,7 +113,7 @@ static int bad_value(const struct key_spec *k, const char *text,
 /* ---- choices: backend, log_level, transport ------------------------------ */
 
 /* The order of these lists is the order of the values they stand for. */
-static const char *const backend_names[] = {"local"};
+static const char *const backend_names[] = {"local", "docker"};
 static const char *const log_level_names[] = {"error", "warn", "info",
                                               "debug"};
 static const char *const transport_names[] = {"ipc", "tcp"};
@@ -234,6 +238,110 @@ static int parse_host(const struct key_spec *k, const char *text,
                       const char *origin, union cfg_value *out)
 {
     return parse_text(k, text, origin, "host name or address", out);
+}
+
+/* ---- the docker keys: image, docker_socket, docker_network, docker_mounts */
+
+#define format_image format_string
+#define format_socket format_string
+#define format_network format_string
+#define format_mounts format_string
+
+/* Returns 1 if text has a space or a control character. */
+static int has_space(const char *text)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if (*p <= ' ' || *p == 0x7f)
+            return 1;
+    return 0;
+}
+
+/* An image reference ("fiber-es:latest", "registry:5000/team/es@sha256:..."),
+ * or "" for none.  The engine checks the reference itself when a job is
+ * created; here only what can never be one is refused. */
+static int parse_image(const struct key_spec *k, const char *text,
+                       const char *origin, union cfg_value *out)
+{
+    if (strlen(text) >= k->capacity || has_space(text)) {
+        char expected[128];
+        snprintf(expected, sizeof expected,
+                 "an image reference of at most %zu bytes without spaces, "
+                 "or nothing",
+                 k->capacity - 1);
+        return bad_value(k, text, origin, expected);
+    }
+    out->str = text;
+    return 0;
+}
+
+/* The engine's unix socket: an absolute path that fits a sockaddr_un. */
+static int parse_socket(const struct key_spec *k, const char *text,
+                        const char *origin, union cfg_value *out)
+{
+    if (text[0] != '/' || strlen(text) >= k->capacity) {
+        char expected[128];
+        snprintf(expected, sizeof expected,
+                 "the absolute path of a unix socket, at most %zu bytes",
+                 k->capacity - 1);
+        return bad_value(k, text, origin, expected);
+    }
+    out->str = text;
+    return 0;
+}
+
+/* A network mode: "host", "bridge", "none", "container:<id>" or the name
+ * of a network. */
+static int parse_network(const struct key_spec *k, const char *text,
+                         const char *origin, union cfg_value *out)
+{
+    if (has_space(text))
+        return bad_value(k, text, origin,
+                         "a network name without spaces (host, bridge, none, "
+                         "or a network's name)");
+    return parse_text(k, text, origin, "network name", out);
+}
+
+/* Checks one "src:dst[:ro|:rw]" entry of n bytes. */
+static int mount_valid(const char *entry, size_t n)
+{
+    const char *colon = memchr(entry, ':', n);
+    if (n == 0 || entry[0] != '/' || !colon || colon + 1 >= entry + n ||
+        colon[1] != '/')
+        return 0;
+    const char *dst = colon + 1;
+    size_t rest = n - (size_t)(dst - entry);
+    const char *mode = memchr(dst, ':', rest);
+    if (!mode)
+        return 1;
+    size_t mode_len = rest - (size_t)(mode + 1 - dst);
+    return mode_len == 2 && (strncmp(mode + 1, "ro", 2) == 0 ||
+                             strncmp(mode + 1, "rw", 2) == 0);
+}
+
+/* Extra bind mounts for docker jobs: "", or comma-separated
+ * "src:dst[:ro|:rw]" entries with absolute paths. */
+static int parse_mounts(const struct key_spec *k, const char *text,
+                        const char *origin, union cfg_value *out)
+{
+    int ok = strlen(text) < k->capacity && !has_space(text);
+    for (const char *p = text; ok && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        ok = mount_valid(p, n);
+        p += n + (comma ? 1 : 0);
+        if (comma && !*p)
+            ok = 0; /* a trailing comma */
+    }
+    if (!ok) {
+        char expected[192];
+        snprintf(expected, sizeof expected,
+                 "comma-separated src:dst or src:dst:ro bind mounts with "
+                 "absolute paths, at most %zu bytes in all, or nothing",
+                 k->capacity - 1);
+        return bad_value(k, text, origin, expected);
+    }
+    out->str = text;
+    return 0;
 }
 
 /* ---- integers: connect_timeout_ms, terminate_grace_ms, max_message_bytes - */

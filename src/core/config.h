@@ -29,6 +29,10 @@ struct fb_config {
     int terminate_grace_ms;     /* >= 0 */
     uint32_t max_message_bytes; /* 1 KiB .. 1 GiB */
     int heartbeat_ms;           /* pool workers' heartbeat; 0 = off */
+    char image[256];            /* container image; "" = none */
+    char docker_socket[108];    /* the Docker engine's unix socket */
+    char docker_network[64];    /* docker jobs' network mode; "host" */
+    char docker_mounts[512];    /* "src:dst[:ro],..." extra bind mounts */
 };
 
 /* Fills c with the built-in defaults. */

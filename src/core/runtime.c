@@ -482,6 +482,8 @@ static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
         .name = j->name,
         .opts = opts,
         .job_id = j->id,
+        .run_dir = rt.run_dir,
+        .log_dir = rt.log_dir,
     };
     int rc = fb_backend_create_job(rt.backend, &spec, &j->job);
     free_env(env);

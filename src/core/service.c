@@ -548,6 +548,16 @@ int fb_service_start(void)
     int rc = 0;
     if (!R->backend)
         rc = fb_backend_open(&R->backend, R->cfg.backend, &R->cfg);
+    if (rc == 0 && !(R->backend->ops->caps & FB_CAP_SAME_HOST) &&
+        R->cfg.transport != FB_TRANSPORT_TCP) {
+        /* Its jobs may not see this host's unix sockets: listen on TCP,
+         * and so do object servers and managers (children inherit the
+         * setting with the rest of the configuration). */
+        fb_log_info("the %s backend cannot share unix sockets: using "
+                    "transport tcp on %s",
+                    R->backend->ops->name, R->cfg.listen_host);
+        R->cfg.transport = FB_TRANSPORT_TCP;
+    }
     if (rc == 0 && !R->run_dir[0])
         rc = make_run_dir();
     if (rc == 0 && R->listen_fd < 0)

@@ -24,7 +24,8 @@ cc -o "$tmp/consumer" "$src/tests/install/consumer.c" $(pkg-config --cflags --li
 LD_LIBRARY_PATH="$root/lib" "$tmp/consumer"
 
 cc -o "$tmp/consumer_static" "$src/tests/install/consumer.c" \
-   $(pkg-config --cflags fiber) "$root/lib/libfiber.a" $(pkg-config --static --libs libsodium inih) -lpthread
+   $(pkg-config --cflags fiber) "$root/lib/libfiber.a" $(pkg-config --static --libs libsodium inih) \
+   $(pkg-config --libs libcurl jansson) -lpthread
 "$tmp/consumer_static"
 
 cmake -S "$src/tests/install" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$root" >"$tmp/cmake.log" 2>&1 ||

@@ -22,6 +22,8 @@ static const char *const all_keys[] = {
     "backend",           "log_level",          "log_dir",
     "transport",         "listen_host",        "connect_timeout_ms",
     "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms",
+    "image",             "docker_socket",      "docker_network",
+    "docker_mounts",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -141,6 +143,15 @@ struct good_case {
 static const struct good_case good_cases[] = {
     {"backend", "local", "local"},
     {"backend", "LOCAL", "local"},
+    {"backend", "Docker", "docker"},
+    {"image", "fiber/es:3f9a1c2e0b7d", "fiber/es:3f9a1c2e0b7d"},
+    {"image", "", ""},
+    {"docker_socket", "/run/user/1000/docker.sock",
+     "/run/user/1000/docker.sock"},
+    {"docker_network", "bridge", "bridge"},
+    {"docker_mounts", "/data:/data:ro,/scratch:/tmp/s",
+     "/data:/data:ro,/scratch:/tmp/s"},
+    {"docker_mounts", "", ""},
     {"log_level", "error", "error"},
     {"log_level", "warn", "warn"},
     {"log_level", "Info", "info"},
@@ -196,8 +207,16 @@ struct bad_case {
 };
 
 static const struct bad_case bad_cases[] = {
-    {"backend", "docker", "expected one of local"},
-    {"backend", "", "expected one of local"},
+    {"backend", "slurm", "expected one of local, docker"},
+    {"backend", "", "expected one of local, docker"},
+    {"image", "has space", "image reference"},
+    {"docker_socket", "relative.sock", "absolute path of a unix socket"},
+    {"docker_socket", "", "absolute path of a unix socket"},
+    {"docker_network", "", "network name"},
+    {"docker_mounts", "data:/data", "src:dst"},
+    {"docker_mounts", "/data:/data:rx", "src:dst"},
+    {"docker_mounts", "/data:/data,", "src:dst"},
+    {"docker_mounts", "/data", "src:dst"},
     {"log_level", "loud", "error, warn, info, debug"},
     {"log_level", "", "error, warn, info, debug"},
     {"log_level", "warn ", "error, warn, info, debug"},
@@ -272,7 +291,8 @@ TEST(apply_unknown_key)
     CHECK_STR(fiber_last_error(),
               "unknown key 'log_levle' (.fiberconfig:3); known keys: backend, "
               "log_level, log_dir, transport, listen_host, connect_timeout_ms, "
-              "terminate_grace_ms, max_message_bytes, heartbeat_ms");
+              "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
+              "docker_socket, docker_network, docker_mounts");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
     CHECK_ERR(fb_config_apply(&c, "log_level", NULL, "test"), FIBER_ECONFIG);
@@ -552,7 +572,8 @@ TEST(env_unknown_variable)
               "unknown environment variable FIBER_NOPE: not a fiber "
               "configuration key; known keys: backend, log_level, log_dir, "
               "transport, listen_host, connect_timeout_ms, "
-              "terminate_grace_ms, max_message_bytes, heartbeat_ms");
+              "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
+              "docker_socket, docker_network, docker_mounts");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 

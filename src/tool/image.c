@@ -1,0 +1,162 @@
+/*
+ * image.c -- `fiber image build` and `fiber doctor`: the commands about
+ * what this host offers (an image of a program, reachable backends).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "tool.h"
+
+static const char image_help[] =
+    "usage: fiber image build PROGRAM [--tag NAME[:TAG]]\n"
+    "\n"
+    "Builds a minimal container image of PROGRAM and imports it into the\n"
+    "Docker Engine (no registry): the program, the shared libraries the\n"
+    "dynamic loader finds for it, the loader and an empty /tmp, each at the\n"
+    "same path as on this host.  Prints the image's id, tag and size.\n"
+    "\n"
+    "options:\n"
+    "  -t, --tag NAME[:TAG]  the image's name (default fiber/<program>:<first\n"
+    "                        12 hex digits of its build id>)\n"
+    "  -h, --help            show this help\n"
+    "\n"
+    "The daemon is reached at docker_socket (FIBER_DOCKER_SOCKET; default\n"
+    "/var/run/docker.sock).  Exit status: 0 built, 1 failed, 2 usage error.\n";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int image_build(int argc, char **argv)
+{
+    static const struct option longs[] = {{"tag", required_argument, NULL, 't'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    const char *tag = NULL;
+    tool_getopt_reset();
+    int c;
+    while ((c = tool_getopt("image build", argc, argv, "t:h", longs)) != -1) {
+        if (c == 'h') {
+            fputs(image_help, stdout);
+            return TOOL_OK;
+        }
+        if (c != 't')
+            return TOOL_USAGE;
+        tag = optarg;
+    }
+    if (optind >= argc)
+        return tool_usage("image build", "which program? give its path");
+    if (optind + 1 < argc)
+        return tool_usage("image build", "unexpected argument '%s'",
+                          argv[optind + 1]);
+    const char *program = argv[optind];
+    char default_tag[320];
+    if (!tag) {
+        int rc = fiber_image_default_tag(program, default_tag,
+                                         sizeof default_tag);
+        if (rc)
+            return tool_fail(rc, "image build");
+        tag = default_tag;
+    }
+    double t0 = now_s();
+    fiber_buf id = {0};
+    int rc = fiber_image_build(program, tag, &id);
+    if (rc)
+        return tool_fail(rc, "image build");
+    double took = now_s() - t0;
+    fiber_image_info info;
+    int irc = fiber_image_inspect(tag, &info);
+    printf("image  %s\n", (const char *)id.data);
+    printf("tag    %s\n", tag);
+    if (irc == 0) {
+        char size[32];
+        tool_format_size(info.size_bytes, size, sizeof size);
+        printf("size   %s (%lld bytes)\n", size, (long long)info.size_bytes);
+    }
+    fiber_buf_free(&id);
+    fprintf(stderr, "fiber: built in %.2f s\n", took);
+    if (irc)
+        return tool_fail(irc, "image build: the image was made, but");
+    return TOOL_OK;
+}
+
+int cmd_image(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(image_help, stderr);
+        return TOOL_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(image_help, stdout);
+        return TOOL_OK;
+    }
+    if (strcmp(argv[1], "build") == 0)
+        return image_build(argc - 1, argv + 1);
+    return tool_usage("image", "unknown subcommand '%s' (there is: build)",
+                      argv[1]);
+}
+
+/* ---- fiber doctor -------------------------------------------------------- */
+
+static const char doctor_help[] =
+    "usage: fiber doctor\n"
+    "\n"
+    "Checks each backend from this host and says what it found: local\n"
+    "(always usable), docker (pings the daemon at docker_socket and prints\n"
+    "its versions, or why it cannot be reached and what to do), slurm and\n"
+    "kubernetes.\n"
+    "\n"
+    "Exit status: 0 if the configured backend (the backend key; default\n"
+    "local) is usable, 1 if not, 2 usage error.\n";
+
+int cmd_doctor(int argc, char **argv)
+{
+    static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
+    tool_getopt_reset();
+    int c;
+    while ((c = tool_getopt("doctor", argc, argv, "h", longs)) != -1) {
+        if (c == 'h') {
+            fputs(doctor_help, stdout);
+            return TOOL_OK;
+        }
+        return TOOL_USAGE;
+    }
+    if (optind < argc)
+        return tool_usage("doctor", "unexpected argument '%s'", argv[optind]);
+
+    static const char *const backends[] = {"local", "docker", "slurm",
+                                           "kubernetes"};
+    char configured[64];
+    int crc = fiber_config_get("backend", configured, sizeof configured);
+    if (crc) {
+        tool_fail(crc, "configuration");
+        configured[0] = '\0';
+    }
+    int configured_ok = 0;
+    printf("%-11s %-12s %s\n", "BACKEND", "STATUS", "DETAIL");
+    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+        char detail[1024];
+        int rc = fiber_backend_check(backends[i], detail, sizeof detail);
+        const char *status = rc == 0                    ? "ok"
+                             : rc == FIBER_ENOTSUP      ? "unavailable"
+                             : rc == FIBER_EUNREACHABLE ? "unreachable"
+                                                        : "error";
+        printf("%-11s %-12s %s\n", backends[i], status, detail);
+        if (strcmp(configured, backends[i]) == 0)
+            configured_ok = rc == 0;
+    }
+    if (!configured[0]) {
+        printf("\nthe configuration cannot be read (see above); fix it "
+               "first\n");
+        return TOOL_FAIL;
+    }
+    printf("\nconfigured backend: %s (%s)\n", configured,
+           configured_ok ? "usable" : "NOT usable: see its line above");
+    return configured_ok ? TOOL_OK : TOOL_FAIL;
+}

@@ -1,0 +1,255 @@
+/*
+ * run.c -- `fiber run`: start a program's master as a run on a backend,
+ * follow it, and exit with its status.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tool.h"
+
+static const char run_help[] =
+    "usage: fiber run [options] [--] PROGRAM [ARGS...]\n"
+    "\n"
+    "Starts PROGRAM as the master of a new run and prints the run's name.\n"
+    "  local   PROGRAM runs as a child of this command, with FIBER_BACKEND\n"
+    "          and the run's name (FIBER_BOOT_RUN) in its environment; its\n"
+    "          output is this command's.\n"
+    "  docker  PROGRAM runs in a container of the image (host networking,\n"
+    "          the daemon's socket mounted, so its jobs become sibling\n"
+    "          containers); its output is followed here.\n"
+    "Without --detach, fiber run waits and exits with PROGRAM's status.\n"
+    "\n"
+    "options:\n"
+    "  -b, --backend B      local or docker (default: the backend key)\n"
+    "  -i, --image I        docker: the image (default: PROGRAM's default\n"
+    "                       tag, built with fiber image build if missing)\n"
+    "      --cpu N          docker: CPUs for the master\n"
+    "      --memory MB      docker: memory limit of the master, in MiB\n"
+    "      --gpu N          docker: GPUs for the master\n"
+    "  -e, --env NAME=VALUE add to the master's environment (repeatable)\n"
+    "  -d, --detach         start, print the run's name, and return; a local\n"
+    "                       master's output goes to its log (fiber logs RUN)\n"
+    "  -h, --help           show this help\n"
+    "\n"
+    "Exit status: PROGRAM's (128+N if signal N ended it); before it starts,\n"
+    "1 failure or 2 usage error; with --detach, 0 once it started.\n";
+
+/* The child to pass termination signals on to (local runs). */
+static volatile sig_atomic_t forward_pid = -1;
+
+static void forward_signal(int sig)
+{
+    if (forward_pid > 0)
+        kill((pid_t)forward_pid, sig);
+}
+
+/* A local master shares our terminal: ^C reaches it directly, so this
+ * command ignores it (as system() does) and lives to report the status;
+ * signals aimed at this command alone are passed on. */
+static void watch_signals(long pid)
+{
+    forward_pid = (sig_atomic_t)pid;
+    struct sigaction sa = {0};
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+struct run_args {
+    fiber_run_opts opts;
+    const char **env;
+    size_t n_env;
+    char backend[32];
+};
+
+/* Parses the options; returns -1 to go on (argv[optind] is PROGRAM), or
+ * an exit code. */
+static int parse(int argc, char **argv, struct run_args *a)
+{
+    enum { OPT_CPU = 256, OPT_MEMORY, OPT_GPU };
+    static const struct option longs[] = {
+        {"backend", required_argument, NULL, 'b'},
+        {"image", required_argument, NULL, 'i'},
+        {"cpu", required_argument, NULL, OPT_CPU},
+        {"memory", required_argument, NULL, OPT_MEMORY},
+        {"gpu", required_argument, NULL, OPT_GPU},
+        {"env", required_argument, NULL, 'e'},
+        {"detach", no_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    tool_getopt_reset();
+    int c;
+    /* '+': options end at PROGRAM, whose own options are its business. */
+    while ((c = tool_getopt("run", argc, argv, "+b:i:e:dh", longs)) != -1) {
+        switch (c) {
+        case 'h':
+            fputs(run_help, stdout);
+            return TOOL_OK;
+        case 'b':
+            if (strcmp(optarg, "local") && strcmp(optarg, "docker"))
+                return tool_usage("run", "backend '%s': fiber run starts "
+                                         "runs on local or docker",
+                                  optarg);
+            snprintf(a->backend, sizeof a->backend, "%s", optarg);
+            a->opts.backend = a->backend;
+            break;
+        case 'i':
+            a->opts.image = optarg;
+            break;
+        case 'd':
+            a->opts.detach = 1;
+            break;
+        case 'e':
+            if (!strchr(optarg, '=') || optarg[0] == '=')
+                return tool_usage("run", "--env wants NAME=VALUE, not '%s'",
+                                  optarg);
+            a->env[a->n_env++] = optarg;
+            break;
+        case OPT_CPU:
+        case OPT_MEMORY:
+        case OPT_GPU: {
+            int v;
+            if (tool_parse_int(optarg, 1, 1 << 20, &v) != 0)
+                return tool_usage("run", "--%s wants a positive whole "
+                                         "number, not '%s'",
+                                  c == OPT_CPU      ? "cpu"
+                                  : c == OPT_MEMORY ? "memory"
+                                                    : "gpu",
+                                  optarg);
+            *(c == OPT_CPU ? &a->opts.cpu
+              : c == OPT_MEMORY ? &a->opts.memory_mb
+                                : &a->opts.gpu) = v;
+            break;
+        }
+        default:
+            return TOOL_USAGE;
+        }
+    }
+    if (optind >= argc)
+        return tool_usage("run", "which program? fiber run [options] -- "
+                                 "PROGRAM [ARGS]");
+    a->opts.env = a->n_env ? a->env : NULL;
+    return -1;
+}
+
+/* docker without --image: the program's default tag, built if missing,
+ * saying so (a first build takes a few seconds). */
+static int ensure_image(const char *program, char *tag, size_t size)
+{
+    int rc = fiber_image_default_tag(program, tag, size);
+    if (rc)
+        return tool_fail(rc, "run");
+    fiber_image_info info;
+    rc = fiber_image_inspect(tag, &info);
+    if (rc == 0)
+        return TOOL_OK;
+    if (rc != FIBER_ENOKEY)
+        return tool_fail(rc, "run");
+    tool_say("building image %s from %s", tag, program);
+    fiber_buf id = {0};
+    rc = fiber_image_build(program, tag, &id);
+    fiber_buf_free(&id);
+    if (rc)
+        return tool_fail(rc, "run: building the image");
+    if (fiber_image_inspect(tag, &info) == 0) {
+        char text[32];
+        tool_format_size(info.size_bytes, text, sizeof text);
+        tool_say("built image %s (%s)", tag, text);
+    }
+    return TOOL_OK;
+}
+
+static int exit_status_of(const char *run, const char *program, int code,
+                          int docker)
+{
+    if (code < 0) {
+        tool_say("run %s: the master was killed by signal %d (%s)", run,
+                 -code, strsignal(-code));
+        return 128 - code;
+    }
+    if (docker && code == 127)
+        tool_say("run %s: the master could not be started (status 127): "
+                 "does the image hold %s at that path? fiber image build "
+                 "makes one that does",
+                 run, program);
+    else if (docker && code > 128 && code < 128 + 65)
+        tool_say("run %s: the master was killed by signal %d (%s)", run,
+                 code - 128, strsignal(code - 128));
+    else if (code != 0)
+        tool_say("run %s: the master exited with status %d", run, code);
+    return code > 255 ? 255 : code;
+}
+
+int cmd_run(int argc, char **argv)
+{
+    struct run_args a = {0};
+    a.env = calloc((size_t)argc + 1, sizeof *a.env);
+    if (!a.env)
+        return tool_fail(FIBER_ENOMEM, "run");
+    int rc = parse(argc, argv, &a);
+    if (rc >= 0) {
+        free(a.env);
+        return rc;
+    }
+    char backend[32];
+    if (a.opts.backend) {
+        snprintf(backend, sizeof backend, "%s", a.opts.backend);
+    } else if ((rc = fiber_config_get("backend", backend, sizeof backend))) {
+        free(a.env);
+        return tool_fail(rc, "run");
+    }
+    int docker = strcmp(backend, "docker") == 0;
+    char tag[320];
+    if (docker && !a.opts.image) {
+        if ((rc = ensure_image(argv[optind], tag, sizeof tag)) != TOOL_OK) {
+            free(a.env);
+            return rc;
+        }
+        a.opts.image = tag;
+    }
+    fiber_run *run = NULL;
+    rc = fiber_run_start(&run, (const char *const *)argv + optind, &a.opts);
+    free(a.env);
+    if (rc)
+        return tool_fail(rc, "run");
+    const char *name = fiber_run_name(run);
+    if (a.opts.detach) {
+        printf("%s\n", name);
+        if (docker)
+            tool_say("run %s: master in container %.12s; fiber logs %s "
+                     "shows its output",
+                     name, fiber_run_container(run), name);
+        else
+            tool_say("run %s: master pid %ld; fiber logs %s shows its "
+                     "output",
+                     name, fiber_run_pid(run), name);
+        fiber_run_free(run);
+        return TOOL_OK;
+    }
+    int code = 0;
+    if (docker) {
+        tool_say("run %s: master in container %.12s (^C stops following; "
+                 "fiber kill %s stops the run)",
+                 name, fiber_run_container(run), name);
+        fflush(stdout);
+        rc = fiber_run_follow(run, STDOUT_FILENO, STDERR_FILENO);
+        if (rc == 0)
+            rc = fiber_run_wait(run, -1, &code);
+    } else {
+        tool_say("run %s: master pid %ld", name, fiber_run_pid(run));
+        watch_signals(fiber_run_pid(run));
+        rc = fiber_run_wait(run, -1, &code);
+    }
+    int status = rc ? tool_fail(rc, "run")
+                    : exit_status_of(name, argv[optind], code, docker);
+    fiber_run_free(run);
+    return status;
+}
