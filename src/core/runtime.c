@@ -145,8 +145,29 @@ FIBER_API int fiber_config_get(const char *key, char *buf, size_t size)
 
 /* ---- init and shutdown ------------------------------------------------ */
 
+/* A run started by `fiber run` keeps the name the tool gave it
+ * (FIBER_BOOT_RUN in a master), so that the tool finds its jobs. */
+static int run_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > 31 || id[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 static void make_run_id(void)
 {
+    const char *given = getenv("FIBER_BOOT_RUN");
+    if (given && run_id_valid(given)) {
+        fb_strlcpy(rt.run_id, given, sizeof rt.run_id);
+        return;
+    }
     unsigned char r[4];
     randombytes_buf(r, sizeof r);
     snprintf(rt.run_id, sizeof rt.run_id, "fiber-%02x%02x%02x%02x", r[0],
@@ -244,6 +265,12 @@ static void clean_run_dir(void)
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/master.sock", rt.run_dir);
     unlink(path);
+    static const char *const ours[] = {"master.pid", "master.lock",
+                                       "objects.sock"};
+    for (size_t i = 0; i < FB_ARRAY_LEN(ours); i++) {
+        snprintf(path, sizeof path, "%s/%s", rt.run_dir, ours[i]);
+        unlink(path);
+    }
     DIR *d = opendir(rt.log_dir);
     if (d) {
         struct dirent *e;

@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -458,6 +460,25 @@ static int private_dir(const char *path)
     return 0;
 }
 
+/* Marks the run directory as the live master's: master.lock is held
+ * (flock) for the master's life, which the kernel ends even on SIGKILL,
+ * and master.pid names it.  `fiber ps`, `kill` and `clean` read both.
+ * The lock's descriptor stays open until the process exits. */
+static void mark_alive(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/master.lock", R->run_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
+        fb_log_warn("cannot lock %s: fiber ps may misreport this run", path);
+    snprintf(path, sizeof path, "%s/master.pid", R->run_dir);
+    FILE *f = fopen(path, "we");
+    if (f) {
+        fprintf(f, "%ld\n", (long)getpid());
+        fclose(f);
+    }
+}
+
 static int make_run_dir(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -476,6 +497,7 @@ static int make_run_dir(void)
         R->run_dir[0] = '\0';
         return rc;
     }
+    mark_alive();
     if (R->cfg.log_dir[0])
         n = snprintf(R->log_dir, sizeof R->log_dir, "%s/%s", R->cfg.log_dir,
                      R->run_id);
