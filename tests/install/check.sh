@@ -25,7 +25,7 @@ LD_LIBRARY_PATH="$root/lib" "$tmp/consumer"
 
 cc -o "$tmp/consumer_static" "$src/tests/install/consumer.c" \
    $(pkg-config --cflags fiber) "$root/lib/libfiber.a" $(pkg-config --static --libs libsodium inih) \
-   $(pkg-config --libs libcurl jansson) -lpthread
+   $(pkg-config --libs jansson) -ldl -lpthread
 "$tmp/consumer_static"
 
 cmake -S "$src/tests/install" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$root" >"$tmp/cmake.log" 2>&1 ||

@@ -13,14 +13,6 @@
 
 #define CONNECT_TIMEOUT_MS 5000L
 
-static pthread_once_t global_once = PTHREAD_ONCE_INIT;
-static CURLcode global_rc;
-
-/* libcurl's global set-up is process-wide and, before curl 7.84, not
- * thread-safe: do it once.  curl_global_cleanup is never called, since
- * other parts of the program may use libcurl too. */
-static void global_init(void) { global_rc = curl_global_init(CURL_GLOBAL_ALL); }
-
 int fb_http_open(struct fb_http *h, const char *socket_path)
 {
     memset(h, 0, sizeof *h);
@@ -28,10 +20,9 @@ int fb_http_open(struct fb_http *h, const char *socket_path)
         return fb_err(FIBER_EINVAL, "docker socket path '%.80s' is too long",
                       socket_path);
     fb_strlcpy(h->socket_path, socket_path, sizeof h->socket_path);
-    pthread_once(&global_once, global_init);
-    if (global_rc != CURLE_OK)
-        return fb_err(FIBER_ENOMEM, "libcurl failed to initialise: %s",
-                      curl_easy_strerror(global_rc));
+    int rc = fb_curl_load();
+    if (rc)
+        return rc;
     h->easy = curl_easy_init();
     h->multi = curl_multi_init();
     if (!h->easy || !h->multi) {

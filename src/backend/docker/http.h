@@ -25,7 +25,7 @@
 
 #include <stddef.h>
 
-#include <curl/curl.h>
+#include "backend/docker/curl_dl.h"
 #include <jansson.h>
 
 #include "fiber/fiber.h"

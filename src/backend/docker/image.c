@@ -30,7 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
+#include "backend/docker/curl_dl.h"
 #include <sodium.h>
 
 #include "backend/docker/image.h"
@@ -48,13 +48,6 @@ extern char **environ;
  * The Engine client
  * ====================================================================== */
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_result;
-
-static void curl_init(void)
-{
-    curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 /* Says why the daemon could not be reached and what to do about it. */
 static int unreachable(const struct fb_engine *e, CURLcode res, long os_errno,
@@ -155,10 +148,9 @@ int fb_engine_open(struct fb_engine *e)
     if (!sock[0])
         fb_strlcpy(sock, DEFAULT_DOCKER_SOCKET, sizeof sock);
     fb_strlcpy(e->socket, sock, sizeof e->socket);
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_result != CURLE_OK)
-        return fb_err(FIBER_ESYS, "libcurl failed to initialise: %s",
-                      curl_easy_strerror(curl_init_result));
+    rc = fb_curl_load();
+    if (rc)
+        return rc;
     e->curl = curl_easy_init();
     if (!e->curl)
         return fb_err(FIBER_ENOMEM, "curl_easy_init failed");
