@@ -26,7 +26,7 @@
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
 #define MAX_CREDIT 1024
-#define LONG_TASK_NS 5000000.0   /* beyond this a worker holds one task */
+#define LONG_TASK_NS 100000000.0 /* beyond this a worker holds one task */
 #define MAX_AUTO_CHUNK 4096
 #define HEARTBEAT_MISSES 10
 #define STARTUP_FAILURES_MAX 3
