@@ -459,6 +459,7 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
         rc = fb_pool_sched_init(p);
     p->spin_allowed = (unsigned)p->target + 1 <= p->ncpu;
     p->n_live = p->target;
+    p->creating = 1;
     fb_spin_init(&p->spin, 50);
     if (rc == 0)
         rc = start_bg(p);
@@ -468,9 +469,16 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
         int n = p->target - started < 16 ? p->target - started : 16;
         pthread_mutex_lock(&p->mu);
         rc = fb_pool_grow(p, n);
+        started += n;
+        if (started >= p->target)
+            p->creating = 0;
         pthread_cond_broadcast(&p->cond);
         pthread_mutex_unlock(&p->mu);
-        started += n;
+    }
+    if (rc) {
+        pthread_mutex_lock(&p->mu);
+        p->creating = 0;
+        pthread_mutex_unlock(&p->mu);
     }
     if (rc) {
         if (p->bg_running) {

@@ -182,6 +182,7 @@ struct fiber_pool {
 
     int closed, terminated;
     int callbacks_running;
+    int creating; /* fiber_pool_create is still launching the workers */
     fiber_pool_stats st;
 
     pthread_mutex_t inbox_mu;

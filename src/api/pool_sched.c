@@ -823,7 +823,9 @@ static void maintain(struct fiber_pool *p, int force)
     trim(p);
     int missing = p->target - live_workers(p);
     int work_left = p->queued + RETRIES(p) > 0 || !p->closed;
-    if (missing > 0 && work_left) {
+    /* While fiber_pool_create launches the first workers, the missing
+     * ones are its to start, not ours. */
+    if (missing > 0 && work_left && !p->creating) {
         int rc = fb_pool_grow(p, missing);
         if (rc && !p->broken[0])
             snprintf(p->broken, sizeof p->broken,

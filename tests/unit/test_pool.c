@@ -135,6 +135,7 @@ TEST(map_100k_in_order)
     fiber_pool_stats st;
     CHECK_OK(fiber_pool_stats_get(p, &st));
     CHECK_EQ(st.tasks_done, 2 * N);
+    CHECK_EQ(st.workers_started, 2); /* no extra launches while creating */
     CHECK_EQ(st.tasks_retried, 0);
     CHECK_EQ(st.duplicates_dropped, 0);
     fiber_pool_free(p);
