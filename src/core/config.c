@@ -43,7 +43,8 @@
     X(image, STR, "", image, 0, 0)                                             \
     X(docker_socket, STR, "/var/run/docker.sock", socket, 0, 0)                \
     X(docker_network, STR, "host", network, 0, 0)                              \
-    X(docker_mounts, STR, "", mounts, 0, 0)
+    X(docker_mounts, STR, "", mounts, 0, 0)                                    \
+    X(docker_build_image, INT, 0, boolean, 0, 0)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */
@@ -342,6 +343,33 @@ static int parse_mounts(const struct key_spec *k, const char *text,
     }
     out->str = text;
     return 0;
+}
+
+/* Whether the docker backend, when no image is set, builds one of the
+ * running program (fiber_image_build) when it opens: true or false (also
+ * 1/0, yes/no, on/off), stored as 1 or 0. */
+static const char *const bool_true[] = {"true", "1", "yes", "on"};
+static const char *const bool_false[] = {"false", "0", "no", "off"};
+
+static int parse_boolean(const struct key_spec *k, const char *text,
+                         const char *origin, union cfg_value *out)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(bool_true); i++) {
+        if (strcasecmp(text, bool_true[i]) == 0) {
+            out->num = 1;
+            return 0;
+        }
+        if (strcasecmp(text, bool_false[i]) == 0) {
+            out->num = 0;
+            return 0;
+        }
+    }
+    return bad_value(k, text, origin, "true or false");
+}
+
+static void format_boolean(union cfg_value v, char *buf, size_t size)
+{
+    fb_strlcpy(buf, v.num ? "true" : "false", size);
 }
 
 /* ---- integers: connect_timeout_ms, terminate_grace_ms, max_message_bytes - */

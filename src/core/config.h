@@ -33,6 +33,7 @@ struct fb_config {
     char docker_socket[108];    /* the Docker engine's unix socket */
     char docker_network[64];    /* docker jobs' network mode; "host" */
     char docker_mounts[512];    /* "src:dst[:ro],..." extra bind mounts */
+    int docker_build_image;     /* no image: build one of the program; 0 */
 };
 
 /* Fills c with the built-in defaults. */

@@ -23,7 +23,7 @@ static const char *const all_keys[] = {
     "transport",         "listen_host",        "connect_timeout_ms",
     "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms",
     "image",             "docker_socket",      "docker_network",
-    "docker_mounts",
+    "docker_mounts",     "docker_build_image",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -292,7 +292,8 @@ TEST(apply_unknown_key)
               "unknown key 'log_levle' (.fiberconfig:3); known keys: backend, "
               "log_level, log_dir, transport, listen_host, connect_timeout_ms, "
               "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
-              "docker_socket, docker_network, docker_mounts");
+              "docker_socket, docker_network, docker_mounts, "
+              "docker_build_image");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
     CHECK_ERR(fb_config_apply(&c, "log_level", NULL, "test"), FIBER_ECONFIG);
@@ -573,7 +574,8 @@ TEST(env_unknown_variable)
               "configuration key; known keys: backend, log_level, log_dir, "
               "transport, listen_host, connect_timeout_ms, "
               "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
-              "docker_socket, docker_network, docker_mounts");
+              "docker_socket, docker_network, docker_mounts, "
+              "docker_build_image");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 

@@ -1051,4 +1051,109 @@ TEST(start_latency_figures)
     fprintf(stderr, "image %s: %.1f MB\n", image_tag, size_mb);
 }
 
+
+/* ---- docker_build_image and a bridge network ------------------------------- */
+
+/* docker_build_image: with no image set, the backend builds one of the
+ * running program (its default tag) when it opens, and runs the jobs in
+ * it.  The image is removed afterwards. */
+TEST(builds_an_image_of_the_program_when_asked)
+{
+    NEED_DOCKER();
+    char exe[PATH_MAX], tag[256];
+    exe_path(exe, sizeof exe);
+    CHECK_OK(fiber_image_default_tag(exe, tag, sizeof tag));
+    CHECK_OK(fiber_config_set("backend", "docker"));
+    CHECK_OK(fiber_config_set("image", ""));
+    CHECK_OK(fiber_config_set("docker_build_image", "true"));
+    char v[16];
+    CHECK_OK(fiber_config_get("docker_build_image", v, sizeof v));
+    CHECK_STR(v, "true");
+    fiber_process *p = start_int("in_container", (int)getuid());
+    CHECK_EQ(fiber_process_pid(p), -1);
+    CHECK_EQ(join_code(p), 0);
+    fiber_image_info info;
+    CHECK_OK(fiber_image_inspect(tag, &info));
+    CHECK_STR(info.program, exe);
+    fiber_shutdown();
+    engine_open();
+    remove_image_named(tag);
+    CHECK_ERR(fiber_image_inspect(tag, &info), FIBER_ENOKEY);
+}
+
+static char net_id[80];
+
+static void remove_network(void)
+{
+    if (!net_id[0])
+        return;
+    fiber_shutdown(); /* its containers first */
+    char path[200];
+    snprintf(path, sizeof path, "/networks/%s", net_id);
+    long status = 0;
+    if (fb_http_json(&engine, "DELETE", path, NULL, 60000, &status, NULL) ||
+        (status != 204 && status != 404))
+        fprintf(stderr, "could not remove network %s (HTTP %ld)\n", net_id,
+                status);
+    net_id[0] = '\0';
+}
+
+/* A user-defined bridge network instead of the host's: the master listens
+ * on the network's gateway (an address of this host on that bridge), and
+ * the job's container, attached to the network, dials it there. */
+TEST(jobs_on_a_bridge_network_dial_its_gateway)
+{
+    NEED_DOCKER();
+    engine_open();
+    char name[96];
+    snprintf(name, sizeof name, "%s-net", fiber_run_id());
+    json_t *body = json_pack("{s:s, s:s, s:b}", "Name", name, "Driver",
+                             "bridge", "CheckDuplicate", 1);
+    CHECK(body != NULL);
+    long status = 0;
+    json_t *reply = NULL;
+    CHECK_OK(fb_http_json(&engine, "POST", "/networks/create", body, 60000,
+                          &status, &reply));
+    json_decref(body);
+    const char *id = json_string_value(json_object_get(reply, "Id"));
+    if (status != 201 || !id)
+        TH_FAIL("cannot create network %s (HTTP %ld)", name, status);
+    fb_strlcpy(net_id, id, sizeof net_id);
+    json_decref(reply);
+    atexit(remove_network);
+    char path[200];
+    snprintf(path, sizeof path, "/networks/%s", net_id);
+    CHECK_EQ(engine_call("GET", path, &reply), 200);
+    json_t *cfg = json_array_get(
+        json_object_get(json_object_get(reply, "IPAM"), "Config"), 0);
+    const char *gw = json_string_value(json_object_get(cfg, "Gateway"));
+    if (!gw)
+        TH_FAIL("network %s has no gateway address", name);
+    char gateway[64];
+    fb_strlcpy(gateway, gw, sizeof gateway);
+    json_decref(reply);
+    fprintf(stderr, "network %s, gateway %s\n", name, gateway);
+
+    use_docker();
+    CHECK_OK(fiber_config_set("docker_network", name));
+    CHECK_OK(fiber_config_set("listen_host", gateway));
+    fiber_process *s = start_int("sleeper", 60000);
+    fiber_process *p = start_int("in_container", (int)getuid());
+    CHECK_EQ(join_code(p), 0);
+    /* The sleeper's container is on the network, not the host's. */
+    char ids[4][80];
+    CHECK(run_containers(fiber_run_id(), ids, 4, 1) >= 1);
+    snprintf(path, sizeof path, "/containers/%s/json", ids[0]);
+    CHECK_EQ(engine_call("GET", path, &reply), 200);
+    json_t *hc = json_object_get(reply, "HostConfig");
+    CHECK_STR(json_string_value(json_object_get(hc, "NetworkMode")), name);
+    json_t *nets = json_object_get(
+        json_object_get(reply, "NetworkSettings"), "Networks");
+    CHECK(json_object_get(nets, name) != NULL);
+    json_decref(reply);
+    CHECK_OK(fiber_process_terminate(s));
+    CHECK_EQ(join_code(s), -SIGTERM);
+    remove_network();
+}
+
 TH_MAIN()

@@ -255,6 +255,7 @@ TEST(free_of_running_process_kills_and_reaps)
     CHECK_OK(fiber_config_set("terminate_grace_ms", "200"));
     fiber_process *p = start_int("ignore_term", 60000);
     pid_t pid = (pid_t)fiber_process_pid(p);
+    CHECK(pid > 0);
     fiber_process_free(p);
     CHECK(kill(pid, 0) == -1 && errno == ESRCH);
 }
@@ -263,6 +264,7 @@ TEST(ended_jobs_leave_no_zombie)
 {
     fiber_process *p = start_int("ret_arg", 3);
     pid_t pid = (pid_t)fiber_process_pid(p);
+    CHECK(pid > 0);
     CHECK_OK(fiber_process_join(p, 20000));
     int status;
     CHECK(waitpid(pid, &status, WNOHANG) == -1 && errno == ECHILD);

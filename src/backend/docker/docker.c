@@ -58,6 +58,7 @@
 #include "backend/docker/http.h"
 #include "core/common.h"
 #include "core/log.h"
+#include "core/runtime.h"
 
 #define PING_TIMEOUT_MS 5000L
 #define REQUEST_TIMEOUT_MS 60000L
@@ -80,6 +81,7 @@ struct docker_state {
     int has_gpu_runtime;      /* "nvidia" is among them */
     char secrets_dir[PATH_MAX]; /* "" until the first job */
     char checked_image[256];  /* the last image found to hold the program */
+    char built_image[256];    /* docker_build_image: the image made at init */
     uint64_t last_pump_ms;
 };
 
@@ -243,6 +245,58 @@ static int read_info(struct docker_state *ds)
     return 0;
 }
 
+/* Set while a docker_init builds its image with the runtime lock
+ * released; read and written with the lock held. */
+static int building_image;
+
+/* docker_build_image: with no image configured, builds one of the running
+ * program (fiber_image_build, the default tag) and keeps its tag for the
+ * jobs that name no image.  Called, as every op, with the runtime lock
+ * held: fiber_image_build reads the configuration (docker_socket) through
+ * fiber_config_get, which takes that lock, and a build takes a while, so
+ * the lock is released around it.  Nothing of the runtime is touched
+ * meanwhile; another thread that starts the run's first job during the
+ * build fails with FIBER_ESTATE instead of opening a second backend. */
+static int build_image(struct docker_state *ds)
+{
+    if (building_image)
+        return fb_err(FIBER_ESTATE,
+                      "the docker backend is being opened by another thread, "
+                      "which builds an image of this program "
+                      "(docker_build_image); start jobs once it has");
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return fb_err_errno(FIBER_ESYS, "readlink(/proc/self/exe)");
+    exe[n] = '\0';
+    char tag[sizeof ds->built_image];
+    fiber_buf id = {0};
+    uint64_t t0 = fb_now_ms();
+    building_image = 1;
+    fb_rt_unlock();
+    int rc = fiber_image_default_tag(exe, tag, sizeof tag);
+    if (rc == 0)
+        rc = fiber_image_build(exe, tag, &id);
+    char why[900] = "";
+    if (rc)
+        fb_strlcpy(why, fiber_last_error(), sizeof why);
+    fb_rt_lock();
+    building_image = 0;
+    if (rc) {
+        fiber_buf_free(&id);
+        return fb_err(rc,
+                      "docker_build_image is on and no image is set, but "
+                      "no image of %s could be built: %s",
+                      exe, why);
+    }
+    fb_strlcpy(ds->built_image, tag, sizeof ds->built_image);
+    fb_log_info("docker_build_image: built %s (%s) of %s in %llu ms", tag,
+                id.data ? (const char *)id.data : "?", exe,
+                (unsigned long long)(fb_now_ms() - t0));
+    fiber_buf_free(&id);
+    return 0;
+}
+
 static int docker_init(struct fb_backend *be)
 {
     struct docker_state *ds = be->state;
@@ -253,6 +307,8 @@ static int docker_init(struct fb_backend *be)
     rc = ping(ds, sock);
     if (rc == 0)
         rc = read_info(ds);
+    if (rc == 0 && be->cfg->docker_build_image && !be->cfg->image[0])
+        rc = build_image(ds);
     if (rc)
         fb_http_close(&ds->http);
     return rc;
@@ -442,11 +498,14 @@ static int check_spec(struct fb_backend *be, const struct fb_job_spec *spec,
     const fiber_job_opts *o = spec->opts;
     *image = o && o->image && o->image[0] ? o->image : be->cfg->image;
     if (!(*image)[0])
+        *image = ds->built_image;
+    if (!(*image)[0])
         return fb_err(FIBER_ECONFIG,
                       "job '%s' has no image: the docker backend runs every "
                       "job in an image that holds this program; set the "
                       "`image` key (FIBER_IMAGE) or the job's image option, "
-                      "after making one with `fiber image build`",
+                      "after making one with `fiber image build`, or set "
+                      "docker_build_image (FIBER_DOCKER_BUILD_IMAGE=true)",
                       spec->name);
     if (!spec->run_dir || !spec->run_dir[0])
         return fb_err(FIBER_EINVAL, "job '%s': no run directory", spec->name);
