@@ -267,7 +267,10 @@ static int on_fault(struct fiber_pool *p, struct fb_worker *w,
                  strsignal((int)h->code));
     else
         snprintf(why, sizeof why, "exited: the task called exit()");
+    /* The worker is dying: count it lost now, so that the statistics
+     * agree with the ECRASHED a caller may see before its socket closes. */
     w->faulted = 1;
+    p->st.workers_lost++;
     charge(p, c->b, c->first + c->done, c->attempts + 1, w->job->name, why);
     c->done++;
     w->inflight--;
@@ -300,7 +303,8 @@ static void worker_lost(struct fiber_pool *p, struct fb_worker *w,
     w->state = W_GONE;
     if (!w->asked_to_stop) {
         fb_log_warn("pool worker '%s' lost: %s", w->job->name, why);
-        p->st.workers_lost++;
+        if (!w->faulted)
+            p->st.workers_lost++; /* a FAULT counted it already */
         if (!was_ready)
             p->startup_failures++;
         fb_rt_lock();
