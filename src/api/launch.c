@@ -77,22 +77,6 @@ static int new_run_id(char *out, size_t size)
     return 0;
 }
 
-/* mkdir for a directory only we may use (as the runtime's private_dir). */
-static int private_dir(const char *path)
-{
-    if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return fb_err_errno(FIBER_ESYS, "cannot create %s", path);
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return fb_err_errno(FIBER_ESYS, "cannot stat %s", path);
-    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-        (st.st_mode & 077) != 0)
-        return fb_err(FIBER_ESYS,
-                      "refusing to use %s: it is not a directory that only "
-                      "this user can access",
-                      path);
-    return 0;
-}
 
 /* mkdir -p with mode 0700 for the parts that are missing. */
 static int make_dirs(const char *dir)
@@ -228,12 +212,12 @@ static int start_local(fiber_run *r, const char *const *argv,
     char base[PATH_MAX];
     int rc = fb_runs_base(base, sizeof base);
     if (rc == 0)
-        rc = private_dir(base);
+        rc = fb_private_dir(base);
     if (rc == 0 && (size_t)snprintf(r->dir, sizeof r->dir, "%s/%s", base,
                                     r->name) >= sizeof r->dir)
         rc = fb_err(FIBER_EINVAL, "run directory path too long");
     if (rc == 0)
-        rc = private_dir(r->dir);
+        rc = fb_private_dir(r->dir);
     if (rc)
         return rc;
     int log_fd = -1;
@@ -446,7 +430,7 @@ static int start_docker(fiber_run *r, const char *const *argv,
         return rc;
     char base[PATH_MAX];
     if ((rc = fb_runs_base(base, sizeof base)) != 0 ||
-        (rc = private_dir(base)) != 0)
+        (rc = fb_private_dir(base)) != 0)
         return rc;
     struct fb_engine e;
     if ((rc = fb_engine_open(&e)) != 0)

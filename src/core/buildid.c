@@ -24,17 +24,6 @@ struct note_search {
     int found;
 };
 
-static void to_hex(const unsigned char *p, size_t n, char *out, size_t size)
-{
-    static const char digits[] = "0123456789abcdef";
-    size_t i;
-    for (i = 0; i < n && 2 * i + 2 < size; i++) {
-        out[2 * i] = digits[p[i] >> 4];
-        out[2 * i + 1] = digits[p[i] & 15];
-    }
-    out[2 * i] = '\0';
-}
-
 /* Scans one PT_NOTE segment for NT_GNU_BUILD_ID. */
 static int scan_notes(const unsigned char *p, size_t len,
                       struct note_search *s)
@@ -50,7 +39,7 @@ static int scan_notes(const unsigned char *p, size_t len,
         if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 &&
             memcmp(p + name_off, "GNU", 4) == 0 && nh->n_descsz > 0) {
             size_t n = nh->n_descsz > 32 ? 32 : nh->n_descsz;
-            to_hex(p + desc_off, n, s->out, s->size);
+            fb_hex(p + desc_off, n, s->out, s->size);
             return 1;
         }
         off = next;
@@ -90,7 +79,7 @@ static int hash_executable(char *out, size_t size)
         return fb_err_errno(FIBER_ESYS, "read /proc/self/exe");
     unsigned char digest[32];
     crypto_generichash_final(&st, digest, sizeof digest);
-    to_hex(digest, sizeof digest, out, size);
+    fb_hex(digest, sizeof digest, out, size);
     return 0;
 }
 

@@ -38,6 +38,15 @@ uint64_t fb_now_ms(void);
 uint64_t fb_deadline_ms(int timeout_ms);
 int fb_ms_left(uint64_t deadline_ms);
 
+/* Writes n bytes of p as lower-case hex into out (NUL-terminated,
+ * truncated to size). */
+void fb_hex(const unsigned char *p, size_t n, char *out, size_t size);
+
+/* Makes a directory only this user can use (mode 0700), or checks that an
+ * existing one is ours and private.  Returns 0 or FIBER_ESYS with a
+ * message naming the path. */
+int fb_private_dir(const char *path);
+
 /* snprintf that always NUL-terminates and never overflows; returns the
  * number of bytes written (excluding the NUL). */
 size_t fb_strlcpy(char *dst, const char *src, size_t size);

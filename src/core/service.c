@@ -442,23 +442,6 @@ static void *service_main(void *arg)
 
 /* ---- start and stop --------------------------------------------------- */
 
-/* Makes a directory that only we can use, or checks that an existing one
- * is ours and private. */
-static int private_dir(const char *path)
-{
-    if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return fb_err_errno(FIBER_ESYS, "cannot create %s", path);
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return fb_err_errno(FIBER_ESYS, "cannot stat %s", path);
-    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-        (st.st_mode & 077) != 0)
-        return fb_err(FIBER_ESYS,
-                      "refusing to use %s: it is not a directory that only "
-                      "this user can access",
-                      path);
-    return 0;
-}
 
 /* Marks the run directory as the live master's: master.lock is held
  * (flock) for the master's life, which the kernel ends even on SIGKILL,
@@ -486,13 +469,13 @@ static int make_run_dir(void)
         tmp = "/tmp"; /* unix socket paths must stay under 108 bytes */
     char base[256];
     snprintf(base, sizeof base, "%s/fiber-%u", tmp, (unsigned)geteuid());
-    int rc = private_dir(base);
+    int rc = fb_private_dir(base);
     if (rc)
         return rc;
     int n = snprintf(R->run_dir, sizeof R->run_dir, "%s/%s", base, R->run_id);
     if (n < 0 || (size_t)n >= sizeof R->run_dir)
         return fb_err(FIBER_ESYS, "run directory path is too long");
-    rc = private_dir(R->run_dir);
+    rc = fb_private_dir(R->run_dir);
     if (rc) {
         R->run_dir[0] = '\0';
         return rc;

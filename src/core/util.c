@@ -1,8 +1,11 @@
 /*
  * util.c -- clocks, deadlines and string helpers.
  */
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/common.h"
 
@@ -43,4 +46,33 @@ size_t fb_strlcpy(char *dst, const char *src, size_t size)
     memcpy(dst, src, n);
     dst[n] = '\0';
     return n;
+}
+
+void fb_hex(const unsigned char *p, size_t n, char *out, size_t size)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t i;
+    if (size == 0)
+        return;
+    for (i = 0; i < n && 2 * i + 2 < size; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * i] = '\0';
+}
+
+int fb_private_dir(const char *path)
+{
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return fb_err_errno(FIBER_ESYS, "cannot create %s", path);
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return fb_err_errno(FIBER_ESYS, "cannot stat %s", path);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 077) != 0)
+        return fb_err(FIBER_ESYS,
+                      "refusing to use %s: it is not a directory that only "
+                      "this user can access",
+                      path);
+    return 0;
 }

@@ -430,17 +430,6 @@ struct program_info {
     int has_build_id;
 };
 
-static void hex_of(const unsigned char *p, size_t n, char *out, size_t size)
-{
-    static const char digits[] = "0123456789abcdef";
-    size_t i;
-    for (i = 0; i < n && 2 * i + 2 < size; i++) {
-        out[2 * i] = digits[p[i] >> 4];
-        out[2 * i + 1] = digits[p[i] & 15];
-    }
-    out[2 * i] = '\0';
-}
-
 /* Finds NT_GNU_BUILD_ID among the notes in p[0..len). */
 static int find_build_id(const unsigned char *p, size_t len, size_t align,
                          char *out, size_t size)
@@ -456,7 +445,7 @@ static int find_build_id(const unsigned char *p, size_t len, size_t align,
             return 0;
         if (nh.n_type == NT_GNU_BUILD_ID && nh.n_namesz == 4 &&
             memcmp(p + name_off, "GNU", 4) == 0 && nh.n_descsz > 0) {
-            hex_of(p + desc_off, nh.n_descsz > 32 ? 32 : nh.n_descsz, out,
+            fb_hex(p + desc_off, nh.n_descsz > 32 ? 32 : nh.n_descsz, out,
                    size);
             return 1;
         }
@@ -539,7 +528,7 @@ static int parse_elf(const unsigned char *m, size_t size,
         /* As the runtime does (core/buildid.c): no note, hash the file. */
         unsigned char digest[32];
         crypto_generichash(digest, sizeof digest, m, size, NULL, 0);
-        hex_of(digest, sizeof digest, pi->id, sizeof pi->id);
+        fb_hex(digest, sizeof digest, pi->id, sizeof pi->id);
     }
     return 0;
 }
