@@ -364,8 +364,9 @@ FIBER_API void fiber_process_free(fiber_process *p);
  * tasks on many workers.
  *
  * Each worker is a job of the configured backend.  Dispatch is pull-based:
- * a worker holds only as much work as keeps it busy (about a millisecond's
- * worth, at least two tasks), so a slow or stuck worker never hoards tasks
+ * idle workers get work first, and a worker holds only as much work as
+ * keeps it busy (about a millisecond's worth: at least two short tasks,
+ * one task longer than 100 ms), so a slow or stuck worker never hoards tasks
  * that others could run.  Tiny tasks are grouped into chunks automatically,
  * sized from the measured task time.
  *
