@@ -714,14 +714,15 @@ static void check_heartbeats(struct fiber_pool *p, uint64_t now)
     uint64_t limit = (uint64_t)p->heartbeat_ms * HEARTBEAT_MISSES;
     for (int i = 0; i < p->n_workers; i++) {
         struct fb_worker *w = p->workers[i];
-        if (!w->has_conn || now - w->last_heard_ms <= limit)
+        if (!w->has_conn || w->last_heard_ms >= now ||
+            now - w->last_heard_ms <= limit)
             continue;
         /* Nobody may have read its socket for a while (an idle pool):
-         * what it sent meanwhile is waiting there. */
-        size_t before = w->conn.in.len - w->conn.in_off;
+         * what it sent meanwhile is waiting there, and reading it updates
+         * last_heard_ms (to a time after `now`: compare with a fresh
+         * clock, or the unsigned difference wraps). */
         on_readable(p, w);
-        if (w->has_conn && w->conn.in.len - w->conn.in_off == before &&
-            now - w->last_heard_ms > limit)
+        if (w->has_conn && fb_now_ms() - w->last_heard_ms > limit)
             worker_lost(p, w, "stopped heart-beating");
     }
 }
@@ -745,6 +746,7 @@ static void autoscale(struct fiber_pool *p, uint64_t now)
         for (int i = 0; i < p->n_workers; i++) {
             struct fb_worker *w = p->workers[i];
             if (w->state == W_READY && !w->retire && w->inflight == 0 &&
+                now >= w->idle_since_ms &&
                 now - w->idle_since_ms >= (uint64_t)p->idle_ms) {
                 w->retire = 1;
                 p->target--;
@@ -819,6 +821,7 @@ static void maintain(struct fiber_pool *p, int force)
         return;
     p->last_maintain_ms = now;
     check_heartbeats(p, now);
+    now = fb_now_ms(); /* reading sockets above may have stamped later times */
     if (p->broken[0]) {
         fail_all_pending(p, FIBER_ESPAWN, p->broken);
         return;
