@@ -1128,10 +1128,7 @@ static const struct fb_obj_kind *const mkinds[MK_COUNT] = {
 struct fiber_mobj {
     uint32_t magic;
     int kind; /* enum mkind */
-    struct fb_oclient *c;
-    uint32_t obj;
-    char addr[600];
-    uint8_t token[FB_WIRE_TOKEN_LEN];
+    struct fb_ohandle h;
 };
 
 static int check(const fiber_mobj *o, unsigned kinds, const char *fn)
@@ -1169,16 +1166,13 @@ static int mobj_attach(fiber_mobj **out, int kind, const char *addr,
     fiber_mobj *o = calloc(1, sizeof *o);
     if (!o)
         return fb_err(FIBER_ENOMEM, "out of memory");
-    int rc = fb_oclient_get(addr, token, &o->c);
+    int rc = fb_ohandle_open(&o->h, addr, token, obj);
     if (rc) {
         free(o);
         return rc;
     }
     o->magic = MOBJ_MAGIC;
     o->kind = kind;
-    o->obj = obj;
-    fb_strlcpy(o->addr, addr, sizeof o->addr);
-    memcpy(o->token, token, FB_WIRE_TOKEN_LEN);
     *out = o;
     return 0;
 }
@@ -1203,8 +1197,8 @@ FIBER_API int fiber_mobj_serialize(fiber_mobj *o, fiber_buf *out)
     if (rc == 0 && !out)
         rc = fb_err(FIBER_EINVAL, "fiber_mobj_serialize: out is NULL");
     return rc ? rc
-              : fb_handle_encode(out, FB_HANDLE_MOBJ, o->addr, o->token,
-                                 o->obj, (uint32_t)o->kind);
+              : fb_handle_encode(out, FB_HANDLE_MOBJ, o->h.addr, o->h.token,
+                                 o->h.obj, (uint32_t)o->kind);
 }
 
 FIBER_API int fiber_mobj_open(fiber_mobj **out, const void *data, size_t len)
@@ -1227,7 +1221,7 @@ FIBER_API void fiber_mobj_free(fiber_mobj *o)
     if (!o || o->magic != MOBJ_MAGIC)
         return;
     o->magic = 0;
-    fb_oclient_release(o->c);
+    fb_ohandle_close(&o->h);
     free(o);
 }
 
@@ -1240,9 +1234,9 @@ static int mcall(fiber_mobj *o, int32_t op, int timeout_ms,
                  fiber_future **f)
 {
     if (f)
-        return fb_ocall_async(o->c, o->obj, op, timeout_ms, items, n, f);
+        return fb_ocall_async(o->h.c, o->h.obj, op, timeout_ms, items, n, f);
     struct fb_oresult r = {0};
-    int rc = fb_ocall(o->c, o->obj, op, timeout_ms, items, n, &r);
+    int rc = fb_ocall(o->h.c, o->h.obj, op, timeout_ms, items, n, &r);
     const void *d;
     size_t len;
     if (rc == 0 && out && fb_oresult_item(&r, 0, &d, &len) == 0)
@@ -1260,7 +1254,7 @@ static int mcall_i64(fiber_mobj *o, int32_t op, int timeout_ms,
     if (f)
         return mcall(o, op, timeout_ms, items, n, NULL, f);
     struct fb_oresult r = {0};
-    int rc = fb_ocall(o->c, o->obj, op, timeout_ms, items, n, &r);
+    int rc = fb_ocall(o->h.c, o->h.obj, op, timeout_ms, items, n, &r);
     const void *d = NULL;
     size_t len = 0;
     if (rc == 0 && (fb_oresult_item(&r, 0, &d, &len) != 0 || len != 8))

@@ -532,3 +532,21 @@ void fb_master_objsrv_stop(void)
     pthread_mutex_unlock(&master_mu);
     fb_objsrv_stop(s);
 }
+
+int fb_ohandle_open(struct fb_ohandle *h, const char *addr,
+                    const uint8_t token[FB_WIRE_TOKEN_LEN], uint32_t obj)
+{
+    int rc = fb_oclient_get(addr, token, &h->c);
+    if (rc)
+        return rc;
+    h->obj = obj;
+    fb_strlcpy(h->addr, addr, sizeof h->addr);
+    memcpy(h->token, token, FB_WIRE_TOKEN_LEN);
+    return 0;
+}
+
+void fb_ohandle_close(struct fb_ohandle *h)
+{
+    fb_oclient_release(h->c);
+    h->c = NULL;
+}

@@ -163,6 +163,22 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
                    int timeout_ms, const fiber_iov *items, size_t count,
                    fiber_future **f);
 
+/* What every handle on a server object holds: the connection, the object
+ * id, and the address and token that a serialised handle carries. */
+struct fb_ohandle {
+    struct fb_oclient *c;
+    uint32_t obj;
+    char addr[600];
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+};
+
+/* Connects h to object obj on the server at addr.  Returns 0 or a code
+ * (h unusable). */
+int fb_ohandle_open(struct fb_ohandle *h, const char *addr,
+                    const uint8_t token[FB_WIRE_TOKEN_LEN], uint32_t obj);
+/* Releases h's connection. */
+void fb_ohandle_close(struct fb_ohandle *h);
+
 /* Opens (creating it if needed) the object named name of kind on the
  * server; its id goes to *id. */
 int fb_oopen(struct fb_oclient *c, const char *kind, const char *name,

@@ -195,10 +195,7 @@ const struct fb_obj_kind fb_kind_queue = {"queue", q_create};
 
 struct fiber_queue {
     uint32_t magic;
-    struct fb_oclient *c;
-    uint32_t obj;
-    char addr[600];
-    uint8_t token[FB_WIRE_TOKEN_LEN];
+    struct fb_ohandle h;
 };
 
 static unsigned long object_seq;
@@ -216,15 +213,12 @@ static int queue_attach(fiber_queue **out, const char *addr,
     fiber_queue *q = calloc(1, sizeof *q);
     if (!q)
         return fb_err(FIBER_ENOMEM, "out of memory");
-    int rc = fb_oclient_get(addr, token, &q->c);
+    int rc = fb_ohandle_open(&q->h, addr, token, obj);
     if (rc) {
         free(q);
         return rc;
     }
     q->magic = QUEUE_MAGIC;
-    q->obj = obj;
-    fb_strlcpy(q->addr, addr, sizeof q->addr);
-    memcpy(q->token, token, FB_WIRE_TOKEN_LEN);
     *out = q;
     return 0;
 }
@@ -281,7 +275,7 @@ FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
                       "a message of %zu bytes exceeds max_message_bytes (%u)",
                       len, max);
     fiber_iov item = {data, len};
-    return fb_ocall(q->c, q->obj, Q_PUT, timeout_ms, &item, 1, NULL);
+    return fb_ocall(q->h.c, q->h.obj, Q_PUT, timeout_ms, &item, 1, NULL);
 }
 
 FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms)
@@ -290,7 +284,7 @@ FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms)
     if (rc)
         return rc;
     struct fb_oresult r = {0};
-    rc = fb_ocall(q->c, q->obj, Q_GET, timeout_ms, NULL, 0, &r);
+    rc = fb_ocall(q->h.c, q->h.obj, Q_GET, timeout_ms, NULL, 0, &r);
     const void *d;
     size_t len;
     if (rc == 0 && out && fb_oresult_item(&r, 0, &d, &len) == 0)
@@ -305,7 +299,7 @@ FIBER_API int fiber_queue_size(fiber_queue *q, size_t *n)
     if (rc)
         return rc;
     struct fb_oresult r = {0};
-    rc = fb_ocall(q->c, q->obj, Q_SIZE, 0, NULL, 0, &r);
+    rc = fb_ocall(q->h.c, q->h.obj, Q_SIZE, 0, NULL, 0, &r);
     const void *d;
     size_t len;
     if (rc == 0 && fb_oresult_item(&r, 0, &d, &len) == 0 && len == 8) {
@@ -320,15 +314,15 @@ FIBER_API int fiber_queue_size(fiber_queue *q, size_t *n)
 FIBER_API int fiber_queue_close(fiber_queue *q)
 {
     int rc = check_queue(q);
-    return rc ? rc : fb_ocall(q->c, q->obj, Q_CLOSE, 0, NULL, 0, NULL);
+    return rc ? rc : fb_ocall(q->h.c, q->h.obj, Q_CLOSE, 0, NULL, 0, NULL);
 }
 
 FIBER_API int fiber_queue_serialize(fiber_queue *q, fiber_buf *out)
 {
     int rc = check_queue(q);
     return rc ? rc
-              : fb_handle_encode(out, FB_HANDLE_QUEUE, q->addr, q->token,
-                                 q->obj, 0);
+              : fb_handle_encode(out, FB_HANDLE_QUEUE, q->h.addr, q->h.token,
+                                 q->h.obj, 0);
 }
 
 FIBER_API int fiber_queue_open(fiber_queue **out, const void *data, size_t len)
@@ -348,7 +342,7 @@ FIBER_API void fiber_queue_free(fiber_queue *q)
     if (!q || check_queue(q))
         return;
     q->magic = 0;
-    fb_oclient_release(q->c);
+    fb_ohandle_close(&q->h);
     free(q);
 }
 
@@ -382,7 +376,7 @@ static int pipe_end(fiber_pipe **out, fiber_queue *send, fiber_queue *recv)
 /* A second handle on the same queue object (each end owns its own). */
 static int queue_dup(fiber_queue *q, fiber_queue **out)
 {
-    return queue_attach(out, q->addr, q->token, q->obj);
+    return queue_attach(out, q->h.addr, q->h.token, q->h.obj);
 }
 
 FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex)
@@ -451,9 +445,9 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
     if (rc)
         return rc;
     fiber_queue *any = p->send ? p->send : p->recv;
-    return fb_handle_encode(out, FB_HANDLE_PIPE, any->addr, any->token,
-                            p->send ? p->send->obj : 0,
-                            p->recv ? p->recv->obj : 0);
+    return fb_handle_encode(out, FB_HANDLE_PIPE, any->h.addr, any->h.token,
+                            p->send ? p->send->h.obj : 0,
+                            p->recv ? p->recv->h.obj : 0);
 }
 
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len)
