@@ -4,9 +4,10 @@
  * A wait that spins first saves the ~40-90 us a sleeping thread needs to
  * wake on these machines, but only pays off when the other side answers
  * within the spin; otherwise it burns a core someone else needs.  The
- * budget doubles (up to its maximum) each time a spin catches the event
- * and halves each time it does not; at zero, a spin is tried again every
- * FB_SPIN_PROBE waits, so the budget recovers when the machine frees up.
+ * budget returns to its maximum each time a spin catches the event and
+ * halves each time it does not; at zero, a full-length spin is tried
+ * again every FB_SPIN_PROBE waits, so the budget recovers when the
+ * machine frees up.
  */
 #ifndef FB_SPIN_H
 #define FB_SPIN_H
@@ -30,8 +31,11 @@ static inline void fb_spin_init(struct fb_spin *s, unsigned max_us)
 static inline unsigned fb_spin_budget(struct fb_spin *s)
 {
     if (s->budget_us == 0 && s->max_us > 0 && ++s->skipped >= FB_SPIN_PROBE) {
+        /* A probe as long as a full spin: a short one could never catch a
+         * round trip, and the budget would stay at zero for good (as it
+         * did after the long waits of a pool's start-up). */
         s->skipped = 0;
-        return 2; /* a short probe */
+        return s->max_us;
     }
     return s->budget_us;
 }
@@ -40,8 +44,7 @@ static inline unsigned fb_spin_budget(struct fb_spin *s)
 static inline void fb_spin_result(struct fb_spin *s, int caught)
 {
     if (caught) {
-        unsigned b = s->budget_us ? 2 * s->budget_us : 4;
-        s->budget_us = b > s->max_us ? s->max_us : b;
+        s->budget_us = s->max_us; /* spinning pays: spin fully again */
     } else {
         s->budget_us /= 2;
     }
