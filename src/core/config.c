@@ -44,7 +44,22 @@
     X(docker_socket, STR, "/var/run/docker.sock", socket, 0, 0)                \
     X(docker_network, STR, "host", network, 0, 0)                              \
     X(docker_mounts, STR, "", mounts, 0, 0)                                    \
-    X(docker_build_image, INT, 0, boolean, 0, 0)
+    X(docker_build_image, INT, 0, boolean, 0, 0)                               \
+    X(listen_interface, STR, "", word, 0, 0)                                   \
+    X(encryption, INT, 1, boolean, 0, 0)                                       \
+    X(max_pending_connections, INT, 256, integer, 1, 65536)                    \
+    X(slurm_dir, STR, "", word, 0, 0)                                          \
+    X(slurm_partition, STR, "", word, 0, 0)                                    \
+    X(slurm_account, STR, "", word, 0, 0)                                      \
+    X(slurm_time_limit, STR, "", word, 0, 0)                                   \
+    X(slurm_sbatch_args, STR, "", args, 0, 0)                                  \
+    X(k8s_server, STR, "", word, 0, 0)                                         \
+    X(k8s_token_file, STR, "", word, 0, 0)                                     \
+    X(k8s_ca_file, STR, "", word, 0, 0)                                        \
+    X(k8s_namespace, STR, "", word, 0, 0)                                      \
+    X(k8s_config_dir, STR, "/var/run/secrets/kubernetes.io/serviceaccount",    \
+      word, 0, 0)                                                              \
+    X(k8s_volumes, STR, "", word, 0, 0)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */
@@ -114,7 +129,8 @@ static int bad_value(const struct key_spec *k, const char *text,
 /* ---- choices: backend, log_level, transport ------------------------------ */
 
 /* The order of these lists is the order of the values they stand for. */
-static const char *const backend_names[] = {"local", "docker"};
+static const char *const backend_names[] = {"local", "docker", "slurm",
+                                             "kubernetes"};
 static const char *const log_level_names[] = {"error", "warn", "info",
                                               "debug"};
 static const char *const transport_names[] = {"ipc", "tcp"};
@@ -338,6 +354,48 @@ static int parse_mounts(const struct key_spec *k, const char *text,
         snprintf(expected, sizeof expected,
                  "comma-separated src:dst or src:dst:ro bind mounts with "
                  "absolute paths, at most %zu bytes in all, or nothing",
+                 k->capacity - 1);
+        return bad_value(k, text, origin, expected);
+    }
+    out->str = text;
+    return 0;
+}
+
+/* ---- free-form words and argument lists (slurm_*, k8s_*, listen_interface)
+ *
+ * A word is one token without spaces or control characters (a partition,
+ * a path, a URL, "claim:/data:ro,..."), or nothing; args is a command-line
+ * fragment split on spaces (slurm_sbatch_args), without control
+ * characters. */
+
+#define format_word format_string
+#define format_args format_string
+
+static int parse_word(const struct key_spec *k, const char *text,
+                      const char *origin, union cfg_value *out)
+{
+    if (strlen(text) >= k->capacity || has_space(text)) {
+        char expected[128];
+        snprintf(expected, sizeof expected,
+                 "a value of at most %zu bytes without spaces, or nothing",
+                 k->capacity - 1);
+        return bad_value(k, text, origin, expected);
+    }
+    out->str = text;
+    return 0;
+}
+
+static int parse_args(const struct key_spec *k, const char *text,
+                      const char *origin, union cfg_value *out)
+{
+    int ok = strlen(text) < k->capacity;
+    for (const unsigned char *p = (const unsigned char *)text; ok && *p; p++)
+        ok = *p >= ' ' && *p != 0x7f;
+    if (!ok) {
+        char expected[160];
+        snprintf(expected, sizeof expected,
+                 "space-separated arguments of at most %zu bytes without "
+                 "control characters, or nothing",
                  k->capacity - 1);
         return bad_value(k, text, origin, expected);
     }

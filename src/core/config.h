@@ -34,6 +34,20 @@ struct fb_config {
     char docker_network[64];    /* docker jobs' network mode; "host" */
     char docker_mounts[512];    /* "src:dst[:ro],..." extra bind mounts */
     int docker_build_image;     /* no image: build one of the program; 0 */
+    char listen_interface[32];  /* tcp: listen on this interface's address */
+    int encryption;             /* encrypt tcp traffic (libsodium); 1 */
+    int max_pending_connections; /* unauthenticated peers at once; 256 */
+    char slurm_dir[512];        /* shared folder for job files; "" = default */
+    char slurm_partition[64];   /* sbatch --partition; "" = the default */
+    char slurm_account[64];     /* sbatch --account; "" = none */
+    char slurm_time_limit[32];  /* sbatch --time; "" = the partition's */
+    char slurm_sbatch_args[512]; /* extra sbatch arguments, space-separated */
+    char k8s_server[256];       /* https://host:port; "" = in-cluster */
+    char k8s_token_file[512];   /* bearer token file; "" = in-cluster */
+    char k8s_ca_file[512];      /* CA bundle; "" = in-cluster */
+    char k8s_namespace[64];     /* "" = in-cluster namespace or "default" */
+    char k8s_config_dir[512];   /* the in-cluster service-account folder */
+    char k8s_volumes[512];      /* "claim:/path[:ro],..." PVC mounts */
 };
 
 /* Fills c with the built-in defaults. */

@@ -23,7 +23,12 @@ static const char *const all_keys[] = {
     "transport",         "listen_host",        "connect_timeout_ms",
     "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms",
     "image",             "docker_socket",      "docker_network",
-    "docker_mounts",     "docker_build_image",
+    "docker_mounts",     "docker_build_image", "listen_interface",
+    "encryption",        "max_pending_connections", "slurm_dir",
+    "slurm_partition",   "slurm_account",      "slurm_time_limit",
+    "slurm_sbatch_args", "k8s_server",         "k8s_token_file",
+    "k8s_ca_file",       "k8s_namespace",      "k8s_config_dir",
+    "k8s_volumes",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -207,8 +212,13 @@ struct bad_case {
 };
 
 static const struct bad_case bad_cases[] = {
-    {"backend", "slurm", "expected one of local, docker"},
-    {"backend", "", "expected one of local, docker"},
+    {"backend", "slurmm", "expected one of local, docker, slurm, kubernetes"},
+    {"backend", "", "expected one of local, docker, slurm, kubernetes"},
+    {"slurm_partition", "a b", "without spaces"},
+    {"slurm_sbatch_args", "--x\n--y", "without control characters"},
+    {"k8s_volumes", "data:/d ata", "without spaces"},
+    {"encryption", "maybe", "true or false"},
+    {"max_pending_connections", "0", "from 1 to 65536"},
     {"image", "has space", "image reference"},
     {"docker_socket", "relative.sock", "absolute path of a unix socket"},
     {"docker_socket", "", "absolute path of a unix socket"},
@@ -293,7 +303,11 @@ TEST(apply_unknown_key)
               "log_level, log_dir, transport, listen_host, connect_timeout_ms, "
               "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
               "docker_socket, docker_network, docker_mounts, "
-              "docker_build_image");
+          "docker_build_image, listen_interface, encryption, "
+          "max_pending_connections, slurm_dir, slurm_partition, "
+          "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
+          "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
+          "k8s_volumes");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
     CHECK_ERR(fb_config_apply(&c, "log_level", NULL, "test"), FIBER_ECONFIG);
@@ -575,7 +589,11 @@ TEST(env_unknown_variable)
               "transport, listen_host, connect_timeout_ms, "
               "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
               "docker_socket, docker_network, docker_mounts, "
-              "docker_build_image");
+          "docker_build_image, listen_interface, encryption, "
+          "max_pending_connections, slurm_dir, slurm_partition, "
+          "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
+          "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
+          "k8s_volumes");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 

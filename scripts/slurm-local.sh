@@ -1,0 +1,366 @@
+#!/bin/bash
+# slurm-local.sh -- a throwaway Slurm cluster on this one host, for tests.
+#
+# Usage: scripts/slurm-local.sh start | stop [--purge] | status | env
+#
+#   start   Installs the Debian packages if missing (slurmctld slurmd
+#           slurm-client munge; via sudo when not root), writes slurm.conf
+#           and starts, without systemd, in the background: a private
+#           munged, slurmctld and one slurmd per fake node (Slurm's
+#           multiple-slurmd mode: every node is a slurmd on 127.0.0.1
+#           with its own port).  Waits (<= 60 s) until every node is idle.
+#           If the cluster already runs it says so and exits 0.
+#   stop    Cancels all jobs, stops the daemons and makes sure nothing of
+#           this cluster is left running.  Exit 0 even if not running.
+#           Keeps the state directory; --purge removes it as well.
+#   status  Prints sinfo and exits 0 if the cluster runs, else exits 1.
+#   env     Prints shell lines for clients:
+#               eval "$(scripts/slurm-local.sh env)"; sbatch ...
+#           Slurm commands find slurm.conf via SLURM_CONF, and slurm.conf's
+#           AuthInfo=socket=... points them at the private munged.
+#
+# Everything lives under one directory, ${FIBER_SLURM_DIR:-/tmp/fiber-slurm}:
+#   slurm.conf            the cluster configuration
+#   munge/                munge.key munge.socket munged.pid munged.log munged.seed
+#   ctld/                 slurmctld StateSaveLocation (job ids survive restarts)
+#   spool/nX/             SlurmdSpoolDir of node nX
+#   log/                  slurmctld.log slurmd-nX.log (+ *.out: daemon stdio)
+#   run/                  slurmctld.pid slurmd-nX.pid
+#
+# Defaults (environment overrides): FIBER_SLURM_NODES=4 nodes n1..n4,
+# FIBER_SLURM_CPUS=16 CPUs per node (fake: more than the host has, which
+# is fine for tests), FIBER_SLURM_MEM=2048 MB per node,
+# FIBER_SLURM_PORT=16817: slurmctld port; node nX listens on PORT+X.
+# Partitions: debug (default) and other, both on all nodes.
+#
+# Daemons run as the invoking user (root on the test machines), so jobs
+# run as whoever submits them.  Debian 12 ships Slurm 22.05.
+set -eu
+
+DIR=${FIBER_SLURM_DIR:-/tmp/fiber-slurm}
+NODES=${FIBER_SLURM_NODES:-4}
+CPUS=${FIBER_SLURM_CPUS:-16}
+MEM=${FIBER_SLURM_MEM:-2048}
+PORT=${FIBER_SLURM_PORT:-16817}
+CONF=$DIR/slurm.conf
+MDIR=$DIR/munge
+SOCK=$MDIR/munge.socket
+# Marker put in the daemons' environment; slurmstepd inherits it, which is
+# how stop finds step daemons left behind by a killed slurmd.
+MARK="FIBER_SLURM_CLUSTER=$DIR"
+PKGS="slurmctld slurmd slurm-client munge"
+
+die() { echo "slurm-local: $*" >&2; exit 1; }
+say() { echo "slurm-local: $*" >&2; }
+
+case "$DIR" in /*) ;; *) die "FIBER_SLURM_DIR must be an absolute path: $DIR" ;; esac
+case "$NODES$CPUS$MEM$PORT" in *[!0-9]*) die "FIBER_SLURM_NODES/CPUS/MEM/PORT must be numbers" ;; esac
+[ "$NODES" -ge 1 ] || die "FIBER_SLURM_NODES must be >= 1"
+
+node_names() { i=1; while [ "$i" -le "$NODES" ]; do echo "n$i"; i=$((i + 1)); done; }
+
+# --- processes ------------------------------------------------------------
+
+# pid from a pid file, if that process is alive.
+pid_of() {
+  [ -s "$1" ] || return 1
+  p=$(tr -dc '0-9' < "$1")
+  [ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
+  return 1
+}
+
+# Every process of this cluster: daemons whose command line names our
+# conf/socket, and processes carrying our marker (slurmstepd and friends).
+# Matched on fixed strings, and the daemons also on argv[0], so that a shell
+# whose command line merely mentions the path is not taken for a daemon.
+ours() {
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$$" ] && continue
+    cmd=$(tr '\0' ' ' 2>/dev/null < "$d/cmdline") || continue
+    [ -n "$cmd" ] || continue
+    exe=${cmd%% *}; exe=${exe##*/}
+    case "$exe" in
+      slurmctld|slurmd) case "$cmd" in *" $CONF "*|*" $CONF") echo "$p"; continue ;; esac ;;
+      munged) case "$cmd" in *"--socket=$SOCK"*) echo "$p"; continue ;; esac ;;
+    esac
+    if tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF "$MARK"; then echo "$p"; fi
+  done
+}
+
+# All descendants of the given pids (job processes under a slurmstepd).
+descendants() {
+  todo="$*"; all=""
+  while [ -n "$todo" ]; do
+    next=""
+    for p in $todo; do
+      for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do next="$next $c"; done
+    done
+    all="$all $next"; todo=$(echo $next)
+  done
+  echo $all
+}
+
+# kill_wait SECONDS PID...: SIGTERM, wait, then SIGKILL what is left.
+kill_wait() {
+  t=$1; shift
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  n=$((t * 10))
+  while [ "$n" -gt 0 ]; do
+    alive=""
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
+    [ -z "$alive" ] && return 0
+    sleep 0.1; n=$((n - 1))
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $alive 2>/dev/null || true
+}
+
+running() {
+  pid_of "$MDIR/munged.pid" >/dev/null || return 1
+  pid_of "$DIR/run/slurmctld.pid" >/dev/null || return 1
+  for n in $(node_names); do pid_of "$DIR/run/slurmd-$n.pid" >/dev/null || return 1; done
+  return 0
+}
+
+use_conf() { export SLURM_CONF="$CONF"; }
+
+log_tails() {
+  for f in "$MDIR/munged.log" "$DIR/log/slurmctld.log" "$DIR/log/slurmctld.out" \
+           "$DIR"/log/slurmd-*.log "$DIR"/log/slurmd-*.out; do
+    [ -s "$f" ] || continue
+    echo "----- tail $f" >&2
+    tail -n 15 "$f" >&2
+  done
+}
+
+# --- start ----------------------------------------------------------------
+
+install_pkgs() {
+  missing=""
+  for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  say "installing missing packages:$missing"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "need root or sudo to install:$missing"
+    SUDO=sudo
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq || die "apt-get update failed"
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null ||
+    die "apt-get install failed:$missing"
+}
+
+write_conf() {
+  user=$(id -un)
+  tmp=$CONF.tmp
+  cat > "$tmp" <<EOF
+# Written by scripts/slurm-local.sh: a throwaway single-host test cluster.
+ClusterName=fiber
+SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldPort=$PORT
+SlurmUser=$user
+SlurmdUser=$user
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$SOCK
+StateSaveLocation=$DIR/ctld
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+MailProg=/bin/true
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$DIR/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SwitchType=switch/none
+LaunchType=launch/slurm
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=sched_min_interval=0
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+# Nodes declare more CPUs than the host has: do not drain them for that.
+SlurmdParameters=config_overrides
+ReturnToService=2
+# Finished jobs stay visible to scontrol/squeue for MinJobAge seconds.
+MinJobAge=300
+KillWait=2
+InactiveLimit=0
+SlurmdTimeout=60
+MessageTimeout=10
+EOF
+  i=1
+  for n in $(node_names); do
+    echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT + i)) CPUs=$CPUS RealMemory=$MEM State=UNKNOWN" >> "$tmp"
+    i=$((i + 1))
+  done
+  cat >> "$tmp" <<EOF
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=other Nodes=ALL Default=NO MaxTime=INFINITE State=UP
+EOF
+  mv "$tmp" "$CONF"
+  # An empty plugstack: keep /etc/slurm/plugstack.conf's SPANK plugins out.
+  : > "$DIR/plugstack.conf"
+}
+
+start_munged() {
+  command -v munged >/dev/null || die "munged not found (package munge)"
+  if [ ! -s "$MDIR/munge.key" ]; then
+    if command -v mungekey >/dev/null 2>&1; then
+      mungekey --create --keyfile="$MDIR/munge.key" 2>/dev/null ||
+        dd if=/dev/urandom of="$MDIR/munge.key" bs=1024 count=1 2>/dev/null
+    else
+      dd if=/dev/urandom of="$MDIR/munge.key" bs=1024 count=1 2>/dev/null
+    fi
+    chmod 600 "$MDIR/munge.key"
+  fi
+  rm -f "$SOCK" "$SOCK.lock" "$MDIR/munged.pid"
+  # munged forks into the background itself and writes its pid file.
+  env "$MARK" setsid munged --socket="$SOCK" --key-file="$MDIR/munge.key" \
+      --pid-file="$MDIR/munged.pid" --log-file="$MDIR/munged.log" \
+      --seed-file="$MDIR/munged.seed" --num-threads=4 \
+      < /dev/null >> "$MDIR/munged.log" 2>&1 ||
+    { log_tails; die "munged failed to start"; }
+  n=50
+  while ! { [ -S "$SOCK" ] && pid_of "$MDIR/munged.pid" >/dev/null; }; do
+    n=$((n - 1)); [ "$n" -gt 0 ] || { log_tails; die "munged did not come up"; }
+    sleep 0.1
+  done
+  echo ok | munge --socket="$SOCK" | unmunge --socket="$SOCK" >/dev/null 2>&1 ||
+    { log_tails; die "munge self-test failed"; }
+}
+
+# bg PIDFILE LOGNAME CMD...: a daemon in the foreground mode, detached from
+# our stdio, session and job control; waits until it wrote its pid file.
+bg() {
+  pf=$1; out=$2; shift 2
+  rm -f "$pf"
+  env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 &
+  child=$!
+  n=100
+  while ! pid_of "$pf" >/dev/null; do
+    if ! kill -0 "$child" 2>/dev/null; then log_tails; die "$* exited at once"; fi
+    n=$((n - 1)); [ "$n" -gt 0 ] || { log_tails; die "$* wrote no pid file $pf"; }
+    sleep 0.1
+  done
+}
+
+wait_idle() {
+  use_conf
+  t0=$(date +%s)
+  while :; do
+    states=$(sinfo -h -N -o '%T' 2>/dev/null | sort -u | tr '\n' ' ') || states=""
+    [ "$states" = "idle " ] && [ "$(sinfo -h -N -o '%N' 2>/dev/null | sort -u | wc -l)" -eq "$NODES" ] && return 0
+    if [ $(( $(date +%s) - t0 )) -ge 60 ]; then
+      sinfo -N -l >&2 || true
+      log_tails
+      die "nodes not all idle after 60 s (states: ${states:-none})"
+    fi
+    sleep 0.2
+  done
+}
+
+do_start() {
+  if running; then
+    say "already running ($CONF)"
+    use_conf; sinfo
+    return 0
+  fi
+  install_pkgs
+  # Half-running (a daemon died)?  Start over cleanly.
+  [ -z "$(ours)" ] || { say "stopping leftovers of an earlier run"; do_stop >/dev/null 2>&1; }
+  mkdir -p "$DIR" "$MDIR" "$DIR/ctld" "$DIR/log" "$DIR/run"
+  chmod 755 "$MDIR"   # munged insists others may traverse its socket dir
+  for n in $(node_names); do mkdir -p "$DIR/spool/$n"; done
+  write_conf
+  start_munged
+  bg "$DIR/run/slurmctld.pid" slurmctld slurmctld -D -f "$CONF"
+  use_conf
+  n=100
+  until scontrol ping 2>/dev/null | grep -q 'is UP'; do
+    n=$((n - 1)); [ "$n" -gt 0 ] || { log_tails; die "slurmctld does not answer"; }
+    sleep 0.1
+  done
+  for n in $(node_names); do
+    bg "$DIR/run/slurmd-$n.pid" "slurmd-$n" slurmd -D -N "$n" -f "$CONF"
+  done
+  wait_idle
+  say "running: $NODES nodes x $CPUS CPUs, slurmctld port $PORT, state in $DIR"
+  say "clients: eval \"\$($0 env)\""
+  sinfo
+}
+
+# --- stop -----------------------------------------------------------------
+
+do_stop() {
+  use_conf
+  if pid_of "$DIR/run/slurmctld.pid" >/dev/null && [ -s "$CONF" ]; then
+    scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
+    scancel --full --quiet 2>/dev/null || true   # root: every user's jobs
+    # Let slurmd's reap the jobs (KillWait=2), at most ~10 s.
+    n=50
+    while [ -n "$(squeue -h -t running,completing,pending,configuring -o %i 2>/dev/null)" ] &&
+          [ "$n" -gt 0 ]; do
+      sleep 0.2; n=$((n - 1))
+    done
+  fi
+  pids=""
+  for n in $(node_names) "$DIR"/run/slurmd-*.pid; do
+    case "$n" in */*) f=$n ;; *) f=$DIR/run/slurmd-$n.pid ;; esac
+    p=$(pid_of "$f") && pids="$pids $p"
+  done
+  # shellcheck disable=SC2086
+  kill_wait 10 $pids
+  p=$(pid_of "$DIR/run/slurmctld.pid") && kill_wait 10 "$p"
+  p=$(pid_of "$MDIR/munged.pid") && kill_wait 5 "$p"
+  # Make sure: anything still running of ours (a stray slurmstepd, its
+  # jobs, a daemon whose pid file is gone) is killed.
+  left=$(ours | tr '\n' ' ')
+  if [ -n "${left// /}" ]; then
+    # shellcheck disable=SC2086
+    kids=$(descendants $left)
+    # shellcheck disable=SC2086
+    kill -KILL $left $kids 2>/dev/null || true
+    sleep 0.2
+  fi
+  left=$(ours | tr '\n' ' ')
+  [ -z "${left// /}" ] || die "could not stop pids: $left"
+  rm -f "$DIR"/run/*.pid "$MDIR/munged.pid" "$SOCK" "$SOCK.lock"
+  if [ "${1:-}" = "--purge" ]; then
+    rm -rf "$DIR"
+    say "stopped; removed $DIR"
+  else
+    say "stopped (state kept in $DIR)"
+  fi
+}
+
+# --- main -----------------------------------------------------------------
+
+case "${1:-}" in
+  start)  do_start ;;
+  stop)   shift; case "${1:-}" in ""|--purge) do_stop "${1:-}" ;; *) die "usage: $0 stop [--purge]" ;; esac ;;
+  status)
+    if running; then
+      use_conf
+      sinfo || exit 1
+    else
+      say "not running ($DIR)"; exit 1
+    fi ;;
+  env)
+    echo "export SLURM_CONF=$CONF"
+    echo "export FIBER_SLURM_DIR=$DIR" ;;
+  *) echo "usage: $0 start | stop [--purge] | status | env" >&2; exit 2 ;;
+esac
