@@ -1,6 +1,8 @@
 # Run at build time (POST_BUILD): asks a test program for its case names and
 # writes a ctest include file with one test per case.
-# Inputs: EXE, OUT, PREFIX, TIMEOUT, LABELS
+# Inputs: EXE, OUT, PREFIX, TIMEOUT, LABELS; optional WRAPPER (a script
+# run as `WRAPPER EXE CASE` instead of `EXE CASE`) and FIXTURES (fixtures
+# every case requires).
 execute_process(COMMAND ${EXE} --list OUTPUT_VARIABLE cases
                 RESULT_VARIABLE rc ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
@@ -12,7 +14,14 @@ foreach(c IN LISTS cases)
   if(c STREQUAL "")
     continue()
   endif()
-  string(APPEND text "add_test([=[${PREFIX}.${c}]=] [=[${EXE}]=] [=[${c}]=])\n")
+  if(WRAPPER)
+    string(APPEND text "add_test([=[${PREFIX}.${c}]=] [=[${WRAPPER}]=] [=[${EXE}]=] [=[${c}]=])\n")
+  else()
+    string(APPEND text "add_test([=[${PREFIX}.${c}]=] [=[${EXE}]=] [=[${c}]=])\n")
+  endif()
   string(APPEND text "set_tests_properties([=[${PREFIX}.${c}]=] PROPERTIES TIMEOUT ${TIMEOUT} LABELS [=[${LABELS}]=])\n")
+  if(FIXTURES)
+    string(APPEND text "set_tests_properties([=[${PREFIX}.${c}]=] PROPERTIES FIXTURES_REQUIRED [=[${FIXTURES}]=])\n")
+  endif()
 endforeach()
 file(WRITE ${OUT} "${text}")

@@ -1,14 +1,15 @@
 #!/bin/bash
 # slurm-local.sh -- a throwaway Slurm cluster on this one host, for tests.
 #
-# Usage: scripts/slurm-local.sh start | stop [--purge] | status | env
+# Usage: scripts/slurm-local.sh start | stop [--purge] | status | env | install
 #
 #   start   Installs the Debian packages if missing (slurmctld slurmd
 #           slurm-client munge; via sudo when not root), writes slurm.conf
 #           and starts, without systemd, in the background: a private
 #           munged, slurmctld and one slurmd per fake node (Slurm's
 #           multiple-slurmd mode: every node is a slurmd on 127.0.0.1
-#           with its own port).  Waits (<= 60 s) until every node is idle.
+#           with its own port).  Waits (<= 60 s) until every node is idle,
+#           then runs one tiny job (named slurm-local-warmup) to the end.
 #           If the cluster already runs it says so and exits 0.
 #   stop    Cancels all jobs, stops the daemons and makes sure nothing of
 #           this cluster is left running.  Exit 0 even if not running.
@@ -18,46 +19,61 @@
 #               eval "$(scripts/slurm-local.sh env)"; sbatch ...
 #           Slurm commands find slurm.conf via SLURM_CONF, and slurm.conf's
 #           AuthInfo=socket=... points them at the private munged.
+#   install Only installs the missing packages (exit 1 if it cannot).
 #
-# Everything lives under one directory, ${FIBER_SLURM_DIR:-/tmp/fiber-slurm}:
+# Everything lives under one directory, ${SLURM_LOCAL_DIR:-/tmp/fiber-slurm}:
 #   slurm.conf            the cluster configuration
 #   munge/                munge.key munge.socket munged.pid munged.log munged.seed
 #   ctld/                 slurmctld StateSaveLocation (job ids survive restarts)
 #   spool/nX/             SlurmdSpoolDir of node nX
-#   log/                  slurmctld.log slurmd-nX.log (+ *.out: daemon stdio)
+#   log/                  slurmctld.log slurmd-nX.log (+ *.out: daemon stdio;
+#                         *.old: the previous start's)
 #   run/                  slurmctld.pid slurmd-nX.pid
 #
-# Defaults (environment overrides): FIBER_SLURM_NODES=4 nodes n1..n4,
-# FIBER_SLURM_CPUS=16 CPUs per node (fake: more than the host has, which
-# is fine for tests), FIBER_SLURM_MEM=2048 MB per node,
-# FIBER_SLURM_PORT=16817: slurmctld port; node nX listens on PORT+X.
+# Defaults (environment overrides): SLURM_LOCAL_NODES=4 nodes n1..n4,
+# SLURM_LOCAL_CPUS=16 CPUs per node (fake: more than the host has, which
+# is fine for tests), SLURM_LOCAL_MEM=2048 MB per node,
+# SLURM_LOCAL_PORT=16817: slurmctld port; node nX listens on PORT+X,
+# SLURM_LOCAL_MIN_JOB_AGE=300: seconds finished jobs stay visible (MinJobAge;
+# Slurm purges them up to a minute later still).
 # Partitions: debug (default) and other, both on all nodes.
 #
 # Daemons run as the invoking user (root on the test machines), so jobs
 # run as whoever submits them.  Debian 12 ships Slurm 22.05.
 set -eu
 
-DIR=${FIBER_SLURM_DIR:-/tmp/fiber-slurm}
-NODES=${FIBER_SLURM_NODES:-4}
-CPUS=${FIBER_SLURM_CPUS:-16}
-MEM=${FIBER_SLURM_MEM:-2048}
-PORT=${FIBER_SLURM_PORT:-16817}
+DIR=${SLURM_LOCAL_DIR:-/tmp/fiber-slurm}
+NODES=${SLURM_LOCAL_NODES:-4}
+CPUS=${SLURM_LOCAL_CPUS:-16}
+MEM=${SLURM_LOCAL_MEM:-2048}
+PORT=${SLURM_LOCAL_PORT:-16817}
+MINAGE=${SLURM_LOCAL_MIN_JOB_AGE:-300}
 CONF=$DIR/slurm.conf
 MDIR=$DIR/munge
 SOCK=$MDIR/munge.socket
 # Marker put in the daemons' environment; slurmstepd inherits it, which is
 # how stop finds step daemons left behind by a killed slurmd.
-MARK="FIBER_SLURM_CLUSTER=$DIR"
+MARK="SLURM_LOCAL_CLUSTER=$DIR"
 PKGS="slurmctld slurmd slurm-client munge"
 
 die() { echo "slurm-local: $*" >&2; exit 1; }
 say() { echo "slurm-local: $*" >&2; }
 
-case "$DIR" in /*) ;; *) die "FIBER_SLURM_DIR must be an absolute path: $DIR" ;; esac
-case "$NODES$CPUS$MEM$PORT" in *[!0-9]*) die "FIBER_SLURM_NODES/CPUS/MEM/PORT must be numbers" ;; esac
-[ "$NODES" -ge 1 ] || die "FIBER_SLURM_NODES must be >= 1"
+case "$DIR" in /*) ;; *) die "SLURM_LOCAL_DIR must be an absolute path: $DIR" ;; esac
+case "$NODES$CPUS$MEM$PORT$MINAGE" in
+  *[!0-9]*) die "SLURM_LOCAL_NODES/CPUS/MEM/PORT/MIN_JOB_AGE must be numbers" ;;
+esac
+[ "$NODES" -ge 1 ] || die "SLURM_LOCAL_NODES must be >= 1"
 
-node_names() { i=1; while [ "$i" -le "$NODES" ]; do echo "n$i"; i=$((i + 1)); done; }
+# Nodes: those of the running cluster's slurm.conf if there is one, so that
+# status/stop do not depend on SLURM_LOCAL_NODES being the same as at start.
+node_names() {
+  if [ -s "$CONF" ] && [ "${1:-}" != new ]; then
+    sed -n 's/^NodeName=\([^ ]*\) .*/\1/p' "$CONF"
+  else
+    i=1; while [ "$i" -le "$NODES" ]; do echo "n$i"; i=$((i + 1)); done
+  fi
+}
 
 # --- processes ------------------------------------------------------------
 
@@ -65,8 +81,16 @@ node_names() { i=1; while [ "$i" -le "$NODES" ]; do echo "n$i"; i=$((i + 1)); do
 pid_of() {
   [ -s "$1" ] || return 1
   p=$(tr -dc '0-9' < "$1")
-  [ -n "$p" ] && kill -0 "$p" 2>/dev/null && { echo "$p"; return 0; }
+  [ -n "$p" ] && alive "$p" && { echo "$p"; return 0; }
   return 1
+}
+
+# A process exists and is not a zombie (PID 1 here may reap late).
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  case "$st" in Z*|X*) return 1 ;; esac
+  return 0
 }
 
 # Every process of this cluster: daemons whose command line names our
@@ -76,7 +100,7 @@ pid_of() {
 ours() {
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
-    [ "$p" = "$$" ] && continue
+    { [ "$p" = "$$" ] || [ "$p" = "$PPID" ]; } && continue
     cmd=$(tr '\0' ' ' 2>/dev/null < "$d/cmdline") || continue
     [ -n "$cmd" ] || continue
     exe=${cmd%% *}; exe=${exe##*/}
@@ -91,14 +115,14 @@ ours() {
 # All descendants of the given pids (job processes under a slurmstepd).
 descendants() {
   todo="$*"; all=""
-  while [ -n "$todo" ]; do
+  while [ -n "${todo// /}" ]; do
     next=""
     for p in $todo; do
-      for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do next="$next $c"; done
+      next="$next $(cat /proc/"$p"/task/*/children 2>/dev/null | tr '\n' ' ')"
     done
-    all="$all $next"; todo=$(echo $next)
+    all="$all $next"; todo=$next
   done
-  echo $all
+  echo "$all"
 }
 
 # kill_wait SECONDS PID...: SIGTERM, wait, then SIGKILL what is left.
@@ -108,13 +132,13 @@ kill_wait() {
   kill -TERM "$@" 2>/dev/null || true
   n=$((t * 10))
   while [ "$n" -gt 0 ]; do
-    alive=""
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive="$alive $p"; done
-    [ -z "$alive" ] && return 0
+    left=""
+    for p in "$@"; do alive "$p" && left="$left $p"; done
+    [ -z "$left" ] && return 0
     sleep 0.1; n=$((n - 1))
   done
   # shellcheck disable=SC2086
-  kill -KILL $alive 2>/dev/null || true
+  kill -KILL $left 2>/dev/null || true
 }
 
 running() {
@@ -127,11 +151,12 @@ running() {
 use_conf() { export SLURM_CONF="$CONF"; }
 
 log_tails() {
-  for f in "$MDIR/munged.log" "$DIR/log/slurmctld.log" "$DIR/log/slurmctld.out" \
-           "$DIR"/log/slurmd-*.log "$DIR"/log/slurmd-*.out; do
+  for f in "$MDIR/munged.log" "$DIR/log/slurmctld.log" "$DIR"/log/slurmd-*.log; do
+    # A daemon that died before opening its log said why on stderr (.out).
+    [ -s "$f" ] || f=${f%.log}.out
     [ -s "$f" ] || continue
     echo "----- tail $f" >&2
-    tail -n 15 "$f" >&2
+    tail -n 8 "$f" >&2
   done
 }
 
@@ -186,9 +211,13 @@ MpiDefault=none
 SwitchType=switch/none
 LaunchType=launch/slurm
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+# CR_LLN: place jobs on the least loaded node (spread, do not pack n1).
+SelectTypeParameters=CR_Core,CR_LLN
 SchedulerType=sched/backfill
-SchedulerParameters=sched_min_interval=0
+# batch_sched_delay=0: slurmctld schedules batch jobs in its once-a-second
+# background loop (never at submit); the default 3 s delay would make a job
+# wait 1-3 s before it starts.
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
@@ -196,14 +225,14 @@ JobCompType=jobcomp/none
 SlurmdParameters=config_overrides
 ReturnToService=2
 # Finished jobs stay visible to scontrol/squeue for MinJobAge seconds.
-MinJobAge=300
+MinJobAge=$MINAGE
 KillWait=2
 InactiveLimit=0
 SlurmdTimeout=60
 MessageTimeout=10
 EOF
   i=1
-  for n in $(node_names); do
+  for n in $(node_names new); do
     echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((PORT + i)) CPUs=$CPUS RealMemory=$MEM State=UNKNOWN" >> "$tmp"
     i=$((i + 1))
   done
@@ -232,7 +261,7 @@ start_munged() {
   env "$MARK" setsid munged --socket="$SOCK" --key-file="$MDIR/munge.key" \
       --pid-file="$MDIR/munged.pid" --log-file="$MDIR/munged.log" \
       --seed-file="$MDIR/munged.seed" --num-threads=4 \
-      < /dev/null >> "$MDIR/munged.log" 2>&1 ||
+      < /dev/null >> "$MDIR/munged.log" 2>&1 9>&- ||
     { log_tails; die "munged failed to start"; }
   n=50
   while ! { [ -S "$SOCK" ] && pid_of "$MDIR/munged.pid" >/dev/null; }; do
@@ -243,12 +272,12 @@ start_munged() {
     { log_tails; die "munge self-test failed"; }
 }
 
-# bg PIDFILE LOGNAME CMD...: a daemon in the foreground mode, detached from
+# spawn PIDFILE LOGNAME CMD...: a daemon in the foreground mode, detached from
 # our stdio, session and job control; waits until it wrote its pid file.
-bg() {
+spawn() {
   pf=$1; out=$2; shift 2
   rm -f "$pf"
-  env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 &
+  env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 9>&- &
   child=$!
   n=100
   while ! pid_of "$pf" >/dev/null; do
@@ -273,6 +302,33 @@ wait_idle() {
   done
 }
 
+# Run one tiny job to the end: proves that jobs launch, and makes slurmctld
+# read SchedulerParameters (it does so on its first scheduling pass, which
+# comes up to 3 s after start; until then batch_sched_delay is 3 s).
+warm_up() {
+  id=$(cd "$DIR" && sbatch --parsable -J slurm-local-warmup -o /dev/null --wrap true 2>&1) ||
+    { log_tails; die "test job not accepted: $id"; }
+  n=150
+  while :; do
+    st=$(scontrol show job "$id" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    case "$st" in
+      COMPLETED) return 0 ;;
+      FAILED|CANCELLED|TIMEOUT|NODE_FAIL|BOOT_FAIL|OUT_OF_MEMORY)
+        scontrol show job "$id" >&2 || true; log_tails; die "test job $id ended $st" ;;
+    esac
+    n=$((n - 1)); [ "$n" -gt 0 ] || { log_tails; die "test job $id did not finish in 30 s (${st:-?})"; }
+    sleep 0.2
+  done
+}
+
+start_failed() {
+  rc=$?
+  [ "$rc" = 0 ] && return 0
+  say "start failed; stopping what it started (logs stay in $DIR/log)"
+  do_stop >/dev/null 2>&1 || true
+  exit "$rc"
+}
+
 do_start() {
   if running; then
     say "already running ($CONF)"
@@ -284,10 +340,16 @@ do_start() {
   [ -z "$(ours)" ] || { say "stopping leftovers of an earlier run"; do_stop >/dev/null 2>&1; }
   mkdir -p "$DIR" "$MDIR" "$DIR/ctld" "$DIR/log" "$DIR/run"
   chmod 755 "$MDIR"   # munged insists others may traverse its socket dir
-  for n in $(node_names); do mkdir -p "$DIR/spool/$n"; done
+  for n in $(node_names new); do mkdir -p "$DIR/spool/$n"; done
+  # Fresh logs per start (the previous run's are kept as *.old).
+  for f in "$DIR"/log/*.log "$DIR"/log/*.out "$MDIR/munged.log"; do
+    if [ -f "$f" ]; then mv -f "$f" "$f.old"; fi
+  done
   write_conf
+  # A failed start leaves nothing running (its logs are kept).
+  trap start_failed EXIT
   start_munged
-  bg "$DIR/run/slurmctld.pid" slurmctld slurmctld -D -f "$CONF"
+  spawn "$DIR/run/slurmctld.pid" slurmctld slurmctld -D -f "$CONF"
   use_conf
   n=100
   until scontrol ping 2>/dev/null | grep -q 'is UP'; do
@@ -295,9 +357,11 @@ do_start() {
     sleep 0.1
   done
   for n in $(node_names); do
-    bg "$DIR/run/slurmd-$n.pid" "slurmd-$n" slurmd -D -N "$n" -f "$CONF"
+    spawn "$DIR/run/slurmd-$n.pid" "slurmd-$n" slurmd -D -N "$n" -f "$CONF"
   done
   wait_idle
+  warm_up
+  trap - EXIT
   say "running: $NODES nodes x $CPUS CPUs, slurmctld port $PORT, state in $DIR"
   say "clients: eval \"\$($0 env)\""
   sinfo
@@ -307,6 +371,8 @@ do_start() {
 
 do_stop() {
   use_conf
+  # Everything of ours now, to wait below until it is really gone.
+  seen=$(ours | tr '\n' ' ')
   if pid_of "$DIR/run/slurmctld.pid" >/dev/null && [ -s "$CONF" ]; then
     scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
     scancel --full --quiet 2>/dev/null || true   # root: every user's jobs
@@ -317,15 +383,13 @@ do_stop() {
       sleep 0.2; n=$((n - 1))
     done
   fi
+  # Every daemon takes ~2 s to exit on SIGTERM: stop them all at once.
   pids=""
-  for n in $(node_names) "$DIR"/run/slurmd-*.pid; do
-    case "$n" in */*) f=$n ;; *) f=$DIR/run/slurmd-$n.pid ;; esac
+  for f in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$MDIR/munged.pid"; do
     p=$(pid_of "$f") && pids="$pids $p"
   done
   # shellcheck disable=SC2086
   kill_wait 10 $pids
-  p=$(pid_of "$DIR/run/slurmctld.pid") && kill_wait 10 "$p"
-  p=$(pid_of "$MDIR/munged.pid") && kill_wait 5 "$p"
   # Make sure: anything still running of ours (a stray slurmstepd, its
   # jobs, a daemon whose pid file is gone) is killed.
   left=$(ours | tr '\n' ' ')
@@ -338,6 +402,12 @@ do_stop() {
   fi
   left=$(ours | tr '\n' ' ')
   [ -z "${left// /}" ] || die "could not stop pids: $left"
+  # The daemons were reparented to PID 1, which may reap them a moment
+  # later: wait (<= 5 s) until not even their zombies show in pgrep.
+  n=50
+  for p in $seen; do
+    while [ -e "/proc/$p" ] && [ "$n" -gt 0 ]; do sleep 0.1; n=$((n - 1)); done
+  done
   rm -f "$DIR"/run/*.pid "$MDIR/munged.pid" "$SOCK" "$SOCK.lock"
   if [ "${1:-}" = "--purge" ]; then
     rm -rf "$DIR"
@@ -349,9 +419,21 @@ do_stop() {
 
 # --- main -----------------------------------------------------------------
 
+# start and stop of one state directory take turns (parallel test runs).
+lock() {
+  mkdir -p "$DIR" || die "cannot create $DIR"
+  if command -v flock >/dev/null 2>&1; then
+    exec 9>"$DIR/.lock"
+    flock -w 180 9 || die "another start/stop of $DIR takes too long"
+  fi
+}
+
 case "${1:-}" in
-  start)  do_start ;;
-  stop)   shift; case "${1:-}" in ""|--purge) do_stop "${1:-}" ;; *) die "usage: $0 stop [--purge]" ;; esac ;;
+  start)  lock; do_start ;;
+  stop)   shift
+          case "${1:-}" in ""|--purge) ;; *) die "usage: $0 stop [--purge]" ;; esac
+          [ ! -d "$DIR" ] || lock
+          do_stop "${1:-}" ;;
   status)
     if running; then
       use_conf
@@ -359,8 +441,9 @@ case "${1:-}" in
     else
       say "not running ($DIR)"; exit 1
     fi ;;
+  install) install_pkgs ;;
   env)
     echo "export SLURM_CONF=$CONF"
-    echo "export FIBER_SLURM_DIR=$DIR" ;;
-  *) echo "usage: $0 start | stop [--purge] | status | env" >&2; exit 2 ;;
+    echo "export SLURM_LOCAL_DIR=$DIR" ;;
+  *) echo "usage: $0 start | stop [--purge] | status | env | install" >&2; exit 2 ;;
 esac

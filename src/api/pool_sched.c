@@ -146,12 +146,13 @@ static int launch_worker(struct fiber_pool *p)
 
 int fb_pool_grow(struct fiber_pool *p, int n)
 {
-    for (int i = 0; i < n; i++) {
-        int rc = launch_worker(p);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    /* One batch: the slurm backend submits these workers as one array. */
+    fb_rt_batch_begin();
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = launch_worker(p);
+    int brc = fb_rt_batch_end();
+    return rc ? rc : brc;
 }
 
 /* Puts r at the front of ring (retries are the oldest work).  Returns 0,
@@ -331,10 +332,15 @@ static void worker_ended(struct fiber_pool *p, struct fb_worker *w)
 {
     char why[400];
     int status = w->job->exit_status;
+    char id[64], tail[240];
     if (w->exit_msg[0])
         snprintf(why, sizeof why, "%s", w->exit_msg);
     else if (status < 0)
         snprintf(why, sizeof why, "killed by signal %d", -status);
+    else if (status > 0 && fb_rt_job_output_tail(w->job, id, sizeof id, tail,
+                                                 sizeof tail, 3))
+        snprintf(why, sizeof why, "worker job %s failed with status %d: %s",
+                 id, status, tail);
     else
         snprintf(why, sizeof why, "exited with status %d", status);
     if (w->state != W_GONE)

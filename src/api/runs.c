@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/slurm/slurm.h"
 #include "api/runs.h"
 #include "backend/backend.h"
 #include "backend/docker/image.h"
@@ -1247,8 +1248,9 @@ FIBER_API int fiber_backend_check(const char *backend, char *detail,
                      "(images and runs work; jobs cannot start)");
             rc = fb_err(FIBER_ENOTSUP, "%s", detail);
         }
-    } else if (strcmp(backend, "slurm") == 0 ||
-               strcmp(backend, "kubernetes") == 0) {
+    } else if (strcmp(backend, "slurm") == 0) {
+        rc = fb_slurm_describe(detail, size);
+    } else if (strcmp(backend, "kubernetes") == 0) {
         if (built) {
             snprintf(detail, size, "built; fiber doctor cannot check it yet");
             rc = 0;

@@ -11,6 +11,7 @@
 static const struct fb_backend_ops *const backends[] = {
     &fb_backend_local,
     &fb_backend_docker,
+    &fb_backend_slurm,
 };
 
 const struct fb_backend_ops *fb_backend_find(const char *name)
@@ -19,7 +20,7 @@ const struct fb_backend_ops *fb_backend_find(const char *name)
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
     fb_err(FIBER_ECONFIG,
-           "backend '%s' does not exist; backends: local, docker", name);
+           "backend '%s' does not exist; backends: local, docker, slurm", name);
     return NULL;
 }
 
@@ -114,6 +115,17 @@ int fb_backend_release_job(struct fb_backend *be, struct fb_job *job)
     free(job->priv);
     free(job);
     return status;
+}
+
+void fb_backend_begin_batch(struct fb_backend *be)
+{
+    if (be->ops->begin_batch)
+        be->ops->begin_batch(be);
+}
+
+int fb_backend_end_batch(struct fb_backend *be)
+{
+    return be->ops->end_batch ? be->ops->end_batch(be) : 0;
 }
 
 int fb_backend_logs(struct fb_backend *be, struct fb_job *job, fiber_buf *out)

@@ -62,6 +62,9 @@ struct fb_job {
     long pid;             /* OS pid where the backend has one, else -1 */
     int state;            /* enum fb_job_state */
     int exit_status;      /* when EXITED: exit code >= 0, or -signal */
+    char engine_id[64];   /* the engine's name for the job (a container id,
+                             a Slurm job id "1234_7"), for messages; "" when
+                             it has none (yet) */
     void *priv;           /* job_size bytes for the backend */
 };
 
@@ -78,6 +81,8 @@ struct fb_backend_ops {
     /* FB_CAP_* bits. */
     unsigned caps;
 #define FB_CAP_SAME_HOST 0x1u /* jobs run on this host: ipc sockets work */
+#define FB_CAP_LOOPBACK 0x2u  /* jobs share this host's network: they can
+                                 dial the master on 127.0.0.1 */
 
     size_t state_size;
     size_t job_size;
@@ -123,6 +128,18 @@ struct fb_backend_ops {
      * FIBER_ENOTSUP, or another code. */
     int (*logs)(struct fb_backend *be, struct fb_job *job, fiber_buf *out);
 
+    /* Optional (NULL: each job is submitted by create_job).  The runtime
+     * calls begin_batch before creating several jobs that may go to the
+     * engine together (a pool's workers) and end_batch after them; in
+     * between, create_job may only record a job (state RUNNING, no engine
+     * id yet) and end_batch submits what was recorded (one Slurm array
+     * job).  end_batch may block like create_job.  If it fails, each job
+     * it could not submit reads as EXITED with status 127 from poll_job,
+     * and it returns the first failure's code with its message.  A job
+     * signalled or released before end_batch is never submitted. */
+    void (*begin_batch)(struct fb_backend *be);
+    int (*end_batch)(struct fb_backend *be);
+
     /* Frees the job's backend resources.  Called once, after the job ended
      * or after a forced stop.  Must not fail. */
     void (*release_job)(struct fb_backend *be, struct fb_job *job);
@@ -145,6 +162,10 @@ int fb_backend_signal_job(struct fb_backend *be, struct fb_job *job,
 /* Releases the job (killing it first if it still runs) and frees it;
  * returns its final exit status. */
 int fb_backend_release_job(struct fb_backend *be, struct fb_job *job);
+/* Brackets the creation of several jobs that may be submitted together
+ * (see begin_batch); no-ops for backends without batches. */
+void fb_backend_begin_batch(struct fb_backend *be);
+int fb_backend_end_batch(struct fb_backend *be);
 /* Appends the job's output to out; FIBER_ENOTSUP when the backend keeps
  * none. */
 int fb_backend_logs(struct fb_backend *be, struct fb_job *job,
@@ -152,5 +173,6 @@ int fb_backend_logs(struct fb_backend *be, struct fb_job *job,
 
 extern const struct fb_backend_ops fb_backend_local;
 extern const struct fb_backend_ops fb_backend_docker;
+extern const struct fb_backend_ops fb_backend_slurm;
 
 #endif /* FB_BACKEND_H */

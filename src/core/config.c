@@ -35,7 +35,7 @@
     X(log_level, INT, FIBER_LOG_WARN, log_level, 0, 0)                         \
     X(log_dir, STR, "", path, 0, 0)                                            \
     X(transport, INT, FB_TRANSPORT_IPC, transport, 0, 0)                       \
-    X(listen_host, STR, "127.0.0.1", host, 0, 0)                               \
+    X(listen_host, STR, "auto", host, 0, 0)                                    \
     X(connect_timeout_ms, INT, 30000, integer, 1, 86400000)                    \
     X(terminate_grace_ms, INT, 2000, integer, 0, 3600000)                      \
     X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)              \

@@ -24,7 +24,7 @@ struct fb_config {
     int log_level;              /* enum fiber_log_level */
     char log_dir[512];          /* "" = default, decided by the runtime */
     int transport;              /* FB_TRANSPORT_* */
-    char listen_host[256];      /* tcp only; default "127.0.0.1" */
+    char listen_host[256];      /* tcp only; "auto" (addr.c) by default */
     int connect_timeout_ms;     /* > 0 */
     int terminate_grace_ms;     /* >= 0 */
     uint32_t max_message_bytes; /* 1 KiB .. 1 GiB */

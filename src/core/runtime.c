@@ -530,6 +530,71 @@ static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
     return 0;
 }
 
+int fb_rt_job_output_tail(struct fb_jobrec *j, char *id, size_t id_size,
+                          char *lines, size_t lines_size, int max_lines)
+{
+    fiber_buf b = {0};
+    fb_rt_lock();
+    int have = j->job && rt.backend && rt.backend->ops->logs &&
+               fb_backend_logs(rt.backend, j->job, &b) == 0 && b.len > 0;
+    fb_strlcpy(id, j->job && j->job->engine_id[0] ? j->job->engine_id : j->name,
+               id_size);
+    fb_rt_unlock();
+    lines[0] = '\0';
+    if (!have) {
+        fiber_buf_free(&b);
+        return 0;
+    }
+    /* Back from the end over max_lines non-empty lines... */
+    const char *d = (const char *)b.data;
+    size_t start = b.len;
+    for (int n = 0; start > 0 && n < max_lines;) {
+        size_t end = start;
+        while (end > 0 && (d[end - 1] == '\n' || d[end - 1] == '\r'))
+            end--;
+        start = end;
+        while (start > 0 && d[start - 1] != '\n')
+            start--;
+        n += end > start;
+    }
+    /* ...then forward, lines joined by " | ", control bytes as '?'. */
+    size_t used = 0;
+    int pending_sep = 0;
+    for (size_t i = start; i < b.len && used + 4 < lines_size; i++) {
+        char c = d[i];
+        if (c == '\n' || c == '\r') {
+            pending_sep = used > 0;
+            continue;
+        }
+        if (pending_sep) {
+            memcpy(lines + used, " | ", 3);
+            used += 3;
+            pending_sep = 0;
+        }
+        lines[used++] = (c >= ' ' && c != 0x7f) ? c : '?';
+    }
+    lines[used] = '\0';
+    fiber_buf_free(&b);
+    return used > 0;
+}
+
+void fb_rt_batch_begin(void)
+{
+    fb_rt_lock();
+    if (rt.initialized && rt.master && !rt.shut_down &&
+        fb_service_start() == 0)
+        fb_backend_begin_batch(rt.backend);
+    fb_rt_unlock();
+}
+
+int fb_rt_batch_end(void)
+{
+    fb_rt_lock();
+    int rc = rt.backend ? fb_backend_end_batch(rt.backend) : 0;
+    fb_rt_unlock();
+    return rc;
+}
+
 int fb_rt_launch(struct fb_jobrec **out, const char *prefix, const char *name,
                  const fiber_job_opts *opts, const struct fb_owner_ops *ops,
                  void *owner, const char *program)

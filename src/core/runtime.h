@@ -98,6 +98,21 @@ int fb_rt_wait(uint64_t deadline_ms);
 /* The configuration in force (lock held, or read-only fields). */
 const struct fb_config *fb_rt_config(void);
 
+/* Bracket a series of fb_rt_launch calls whose jobs the backend may submit
+ * together (a pool's workers: one Slurm array job).  Lock NOT held by the
+ * caller.  fb_rt_batch_end returns 0 or the code of a submission that
+ * failed (its jobs then end with status 127, and the message says why). */
+void fb_rt_batch_begin(void);
+int fb_rt_batch_end(void);
+
+/* Writes the engine's name for j's job (its fiber name when the engine
+ * has none) to id, and the last max_lines lines of its output, as far as
+ * the backend keeps it, to lines, joined by " | ".  Returns 1 when there
+ * was output, else 0 (lines = "").  Lock NOT held; may ask the engine
+ * (one request). */
+int fb_rt_job_output_tail(struct fb_jobrec *j, char *id, size_t id_size,
+                          char *lines, size_t lines_size, int max_lines);
+
 /* Starts a job running this program (program == NULL) or another one (for
  * tests), owned by owner.  name NULL picks "<prefix>-<n>".  On success
  * *out is a new record, registered with the service thread.  Lock NOT

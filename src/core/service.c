@@ -32,6 +32,7 @@
 
 #include <sodium.h>
 
+#include "core/addr.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
@@ -553,6 +554,9 @@ int fb_service_start(void)
     int rc = 0;
     if (!R->backend)
         rc = fb_backend_open(&R->backend, R->cfg.backend, &R->cfg);
+    if (rc == 0)
+        rc = fb_listen_host_resolve(&R->cfg, (R->backend->ops->caps &
+                                              FB_CAP_LOOPBACK) != 0);
     if (rc == 0 && !(R->backend->ops->caps & FB_CAP_SAME_HOST) &&
         R->cfg.transport != FB_TRANSPORT_TCP) {
         /* Its jobs may not see this host's unix sockets: listen on TCP,

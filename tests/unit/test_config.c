@@ -106,7 +106,7 @@ TEST(defaults)
     CHECK_EQ(c.log_level, FIBER_LOG_WARN);
     CHECK_STR(c.log_dir, "");
     CHECK_EQ(c.transport, FB_TRANSPORT_IPC);
-    CHECK_STR(c.listen_host, "127.0.0.1");
+    CHECK_STR(c.listen_host, "auto");
     CHECK_EQ(c.connect_timeout_ms, 30000);
     CHECK_EQ(c.terminate_grace_ms, 2000);
     CHECK_EQ(c.max_message_bytes, 64u << 20);
@@ -393,7 +393,7 @@ TEST(format_errors_and_truncation)
     CHECK_CONTAINS(fiber_last_error(), "unknown key 'nope'");
     CHECK_CONTAINS(fiber_last_error(), "known keys: backend");
     CHECK_OK(fb_config_format(&c, "listen_host", small, sizeof small));
-    CHECK_STR(small, "127");
+    CHECK_STR(small, "aut");
     CHECK_OK(fb_config_format(&c, "connect_timeout_ms", small, sizeof small));
     CHECK_STR(small, "300");
 }

@@ -904,7 +904,9 @@ static void docker_release_job(struct fb_backend *be, struct fb_job *job)
 
 const struct fb_backend_ops fb_backend_docker = {
     .name = "docker",
-    .caps = 0, /* containers may not share this host's unix sockets */
+    /* Containers may not share this host's unix sockets; on the default
+     * host network they share its loopback. */
+    .caps = FB_CAP_LOOPBACK,
     .state_size = sizeof(struct docker_state),
     .job_size = sizeof(struct docker_job),
     .init = docker_init,

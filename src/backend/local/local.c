@@ -258,7 +258,7 @@ static void local_release_job(struct fb_backend *be, struct fb_job *job)
 
 const struct fb_backend_ops fb_backend_local = {
     .name = "local",
-    .caps = FB_CAP_SAME_HOST,
+    .caps = FB_CAP_SAME_HOST | FB_CAP_LOOPBACK,
     .state_size = 0,
     .job_size = sizeof(struct local_job),
     .init = local_init,

@@ -1,0 +1,54 @@
+/*
+ * slurm.h -- internals of the slurm backend shared by its files and its
+ * unit tests.  The backend itself is fb_backend_slurm (backend.h).
+ */
+#ifndef FB_SLURM_H
+#define FB_SLURM_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "fiber/fiber.h"
+
+/* Finds the executable name on PATH and writes its path to path.
+ * Returns 0, or -1 (path = "") when there is none. */
+int fb_slurm_find_tool(const char *name, char *path, size_t size);
+
+/* Starts argv (argv[0] an absolute path) with the master's environment,
+ * default signal handling, descriptors 0, 1 and 2 from in_fd, out_fd and
+ * err_fd (-1: /dev/null for 0 and 1, the same as 1 for 2) and nothing
+ * else open.  Returns 0 with *pid, or an errno value. */
+int fb_slurm_spawn(char *const argv[], int in_fd, int out_fd, int err_fd,
+                   pid_t *pid);
+
+/* Runs argv (argv[0] an absolute path) with the master's environment,
+ * standard input from /dev/null, and waits up to timeout_ms.  Appends its
+ * standard output to out and its standard error to err (4 MiB of each at
+ * most).  Returns its exit code (128 + n when signal n ended it), or -1
+ * with errno (ETIMEDOUT: it was killed when its time ran out). */
+int fb_slurm_run(char *const argv[], fiber_buf *out, fiber_buf *err,
+                 int timeout_ms);
+
+/* Copies the last non-empty line of b (at most size - 1 bytes) to out. */
+void fb_slurm_last_line(const fiber_buf *b, char *out, size_t size);
+
+/* Reads a job's end from one line of `scontrol -o show job`: its JobState
+ * into state (size bytes) and its exit status into *status: the exit code
+ * of "ExitCode=<code>:<signal>", or minus the signal when there is one; a
+ * job cancelled before it ran (CANCELLED with ExitCode=0:0) reads as
+ * -SIGTERM, and one whose shell reported 128 + n reads as -n.  Returns 1 when the job has ended, 0 while it still runs or
+ * waits, -1 when the line is not a job record. */
+int fb_slurm_parse_job(const char *line, char *state, size_t size,
+                       int *status);
+
+/* For `fiber doctor`: whether Slurm's tools are here and its controller
+ * answers, with the partitions and their nodes' states in detail.
+ * Returns 0, FIBER_ENOTSUP (no tools) or FIBER_EUNREACHABLE, with detail
+ * saying which. */
+int fb_slurm_describe(char *detail, size_t size);
+
+/* Appends text to b quoted for the POSIX shell ('...', with ' as '\'').
+ * Returns 0 or FIBER_ENOMEM. */
+int fb_slurm_shell_quote(fiber_buf *b, const char *text);
+
+#endif /* FB_SLURM_H */
