@@ -6,7 +6,11 @@
 #   make test       build, then run every test (ctest)
 #   make test-asan  the whole suite again under ASan + UBSan (build-asan/)
 #   make fuzz       build the libFuzzer targets with clang and run each
-#                   for FUZZ_SECONDS (default 60)
+#                   for FUZZ_SECONDS (default 60): the wire decoder and the
+#                   message handlers (FUZZ_TARGETS; docs/reliability.md)
+#   make valgrind   the test cases under valgrind memcheck, children
+#                   included (build-vg/); VALGRIND_TESTS='regex' picks cases
+#   make valgrind-ci  the subset CI runs (VALGRIND_CI_TESTS)
 #   make bench      build, then run the benchmarks
 #   make install    install to PREFIX (default /usr/local), honours DESTDIR
 #   make clean      remove build directories
@@ -15,9 +19,18 @@ PREFIX ?= /usr/local
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= wire objsrv objclient pool worker ring
 CTEST_ARGS ?=
+# make valgrind: which cases (a regex over ctest names; empty: all but
+# those scripts/valgrind.py skips), and the subset CI runs: the unit
+# suites, every fuzz corpus replayed through its message handlers, and the
+# process, pool, queue, manager, ring and security suites (about 8 minutes
+# on 2 cores; the cluster reruns, the tool and the examples are left out).
+VALGRIND_TESTS ?=
+VALGRIND_CI_TESTS ?= ^(test_wire|test_config|test_core|test_process|test_pool|test_queue|test_manager|test_ring|test_security|fuzz_[a-z]+)\.
 
-.PHONY: all deps build run test test-asan fuzz bench install clean
+.PHONY: all deps build run test test-asan fuzz valgrind valgrind-ci bench \
+	install clean
 
 all: build
 
@@ -43,14 +56,34 @@ test-asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) -E '^install\.' $(CTEST_ARGS)
 
+# One libFuzzer process at a time, each target for FUZZ_SECONDS; what a
+# target finds goes to build-fuzz/corpus/<t> (its seeds stay in
+# tests/fuzz/corpus/<t>), a crash to build-fuzz/fuzz_<t>-crash-*.
 fuzz:
 	@scripts/deps.sh fuzz
 	CC=clang cmake -S . -B build-fuzz -DFIBER_FUZZ=ON -DBUILD_TESTING=OFF \
 	  -DCMAKE_BUILD_TYPE=Debug
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_wire
-	mkdir -p build-fuzz/corpus/wire
-	build-fuzz/bin/fuzz_wire -max_total_time=$(FUZZ_SECONDS) \
-	  -print_final_stats=1 build-fuzz/corpus/wire tests/fuzz/corpus/wire
+	cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  build-fuzz/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 -artifact_prefix=build-fuzz/fuzz_$$t- \
+	    build-fuzz/corpus/$$t tests/fuzz/corpus/$$t || exit 1; \
+	done
+
+# Valgrind: scripts/valgrind.py runs each case's command under memcheck
+# with --trace-children=yes (workers and other children are checked too)
+# and timeouts scaled by VALGRIND_TIMEOUT_SCALE (20); a leak that is
+# definitely or indirectly lost fails the case.
+valgrind:
+	@scripts/deps.sh valgrind
+	cmake -S . -B build-vg -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-vg -j $(JOBS)
+	scripts/valgrind.py build-vg '$(VALGRIND_TESTS)'
+
+valgrind-ci:
+	$(MAKE) valgrind VALGRIND_TESTS='$(VALGRIND_CI_TESTS)'
 
 bench: build
 	$(BUILD)/bin/bench-spawn
@@ -59,4 +92,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-fuzz build-vg

@@ -242,6 +242,10 @@ FIBER_API const char *fiber_version(void);
  *                        itself (default 30000)
  *   terminate_grace_ms   SIGTERM to SIGKILL delay (default 2000)
  *   max_message_bytes    largest frame a peer may send (default 64 MiB)
+ *   encryption           encrypt and authenticate tcp connections with
+ *                        the run's token (default true)
+ *   max_pending_connections  connections that may wait to authenticate
+ *                        at once; the oldest makes room (default 256)
  *   heartbeat_ms         children say they are alive this often; a pool
  *                        worker silent for 10 intervals is lost (default
  *                        1000; 0 = off)
@@ -1229,12 +1233,15 @@ FIBER_API int fiber_run_clean(const char *run, fiber_buf *report);
 
 /* Starting a program's master as a run (what `fiber run` does). */
 typedef struct fiber_run_opts {
-    const char *backend;     /* "local" or "docker"; NULL = configured */
+    const char *backend;     /* "local", "docker" or "kubernetes"; NULL =
+                                configured */
     const char *image;       /* docker: the image; NULL = the program's
-                                default tag, built if missing */
-    int cpu;                 /* docker: CPUs for the master (0 = no limit) */
-    int memory_mb;           /* docker: memory limit (0 = none) */
-    int gpu;                 /* docker: GPUs (0 = none) */
+                                default tag, built if missing;
+                                kubernetes: NULL = the image key */
+    int cpu;                 /* docker, kubernetes: CPUs for the master
+                                (0 = no limit) */
+    int memory_mb;           /* docker, kubernetes: memory limit (0 = none) */
+    int gpu;                 /* docker, kubernetes: GPUs (0 = none) */
     const char *const *env;  /* extra "NAME=value" for the master */
     int detach;              /* local: send the master's output to
                                 <run dir>/logs/master.log instead of ours */
@@ -1258,6 +1265,9 @@ typedef struct fiber_run fiber_run;
  * /var/run/docker.sock, so that it can start its jobs as sibling
  * containers.  The container is kept after it ends, for its logs, until
  * fiber_run_clean().
+ * kubernetes: the program runs in pod "<run id>-master" of the image (the
+ * cluster pulls it), with its pod's service account, labelled as the run's
+ * master; its jobs' pods are owned by it (docs/backends/kubernetes.md).
  *
  * On success *out is a handle to free with fiber_run_free() (which does
  * not stop the run).  Returns 0, FIBER_EINVAL (bad options, no program),
@@ -1274,7 +1284,8 @@ FIBER_API const char *fiber_run_name(const fiber_run *r);
 /* The master's process id (local), or -1. */
 FIBER_API long fiber_run_pid(const fiber_run *r);
 
-/* The master's container id (docker), or "". */
+/* The master's container id (docker), its pod's name (kubernetes), or
+ * "". */
 FIBER_API const char *fiber_run_container(const fiber_run *r);
 
 /* Copies the master's output to out_fd and err_fd as it is written, until

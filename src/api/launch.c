@@ -25,6 +25,7 @@
 
 #include "api/runs.h"
 #include "backend/docker/image.h"
+#include "backend/kubernetes/k8s_master.h"
 #include "core/common.h"
 
 extern char **environ;
@@ -35,6 +36,7 @@ struct fiber_run {
     uint32_t magic;
     char name[64];
     int docker;
+    int k8s;      /* kubernetes: the master's pod is named in container */
     /* local */
     long pid;
     char dir[PATH_MAX];
@@ -537,6 +539,52 @@ static int wait_docker(fiber_run *r, int timeout_ms, int *exit_code)
 }
 
 /* ======================================================================
+ * kubernetes (k8s_master.c)
+ * ====================================================================== */
+
+/* The image: the caller's, or the image key; a cluster pulls it, so fiber
+ * builds none. */
+static int k8s_image(const char *given, char *out, size_t size)
+{
+    if (given) {
+        fb_strlcpy(out, given, size);
+        return 0;
+    }
+    int rc = fiber_config_get("image", out, size);
+    if (rc == 0 && !out[0])
+        rc = fb_err(FIBER_ECONFIG,
+                    "the kubernetes backend runs the master in an image "
+                    "that the cluster pulls: give one (--image, or the "
+                    "image key), made with `fiber image build` and pushed "
+                    "to the cluster's registry");
+    return rc;
+}
+
+static int start_k8s(fiber_run *r, const char *const *argv,
+                     const fiber_run_opts *o, const char *const *vars,
+                     size_t n_vars, const char *image)
+{
+    fiber_image_info img = {0};
+    fb_strlcpy(img.tag, image, sizeof img.tag);
+    char program[PATH_MAX];
+    int rc = program_in_image(argv[0], &img, program, sizeof program);
+    if (rc)
+        return rc;
+    size_t argc = 0;
+    while (argv[argc])
+        argc++;
+    const char **args = calloc(argc + 1, sizeof *args);
+    if (!args)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    memcpy(args, argv, argc * sizeof *args);
+    args[0] = program;
+    rc = fb_k8s_master_start(r->name, args, o, vars, n_vars, image,
+                             r->container, sizeof r->container);
+    free(args);
+    return rc;
+}
+
+/* ======================================================================
  * The public calls
  * ====================================================================== */
 
@@ -585,13 +633,14 @@ FIBER_API int fiber_run_start(fiber_run **out, const char *const *argv,
     if (rc)
         return rc;
     int docker = strcmp(backend, "docker") == 0;
-    if (!docker && strcmp(backend, "local") != 0)
+    int k8s = strcmp(backend, "kubernetes") == 0;
+    if (!docker && !k8s && strcmp(backend, "local") != 0)
         return fb_err(FIBER_ENOTSUP,
                       "fiber cannot start runs on the %s backend yet: use "
-                      "local or docker",
+                      "local, docker or kubernetes",
                       backend);
-    if (!docker && (o->cpu > 0 || o->memory_mb > 0 || o->gpu > 0 ||
-                    o->image))
+    if (!docker && !k8s && (o->cpu > 0 || o->memory_mb > 0 || o->gpu > 0 ||
+                            o->image))
         return fb_err(FIBER_ENOTSUP,
                       "cpu, memory, gpu and image limit or choose a "
                       "container; the local backend runs the program on "
@@ -602,23 +651,28 @@ FIBER_API int fiber_run_start(fiber_run **out, const char *const *argv,
     if (docker && (rc = choose_image(argv[0], o->image, image,
                                      sizeof image)) != 0)
         return rc;
+    if (k8s && (rc = k8s_image(o->image, image, sizeof image)) != 0)
+        return rc;
     fiber_run *r = calloc(1, sizeof *r);
     if (!r)
         return fb_err(FIBER_ENOMEM, "out of memory");
     r->magic = RUN_MAGIC;
     r->pid = -1;
     r->docker = docker;
+    r->k8s = k8s;
     rc = new_run_id(r->name, sizeof r->name);
     char storage[1024];
     size_t n_vars = 0;
     const char **vars = NULL;
     if (rc == 0 &&
-        !(vars = master_vars(r->name, backend, docker ? image : NULL, o->env,
+        !(vars = master_vars(r->name, backend, docker || k8s ? image : NULL,
+                             o->env,
                              n_user, storage,
                              sizeof storage, &n_vars)))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     if (rc == 0)
         rc = docker ? start_docker(r, argv, o, vars, n_vars, image)
+             : k8s  ? start_k8s(r, argv, o, vars, n_vars, image)
                     : start_local(r, argv, o, vars, n_vars);
     free(vars);
     if (rc) {
@@ -634,6 +688,8 @@ FIBER_API int fiber_run_follow(fiber_run *r, int out_fd, int err_fd)
 {
     if (!r || r->magic != RUN_MAGIC)
         return fb_err(FIBER_EINVAL, "fiber_run_follow: invalid handle");
+    if (r->k8s)
+        return fb_k8s_master_follow(r->container, out_fd);
     if (!r->docker)
         return 0; /* the child writes to our streams, or to its log */
     struct fb_engine e;
@@ -654,6 +710,8 @@ FIBER_API int fiber_run_wait(fiber_run *r, int timeout_ms, int *exit_code)
 {
     if (!r || r->magic != RUN_MAGIC)
         return fb_err(FIBER_EINVAL, "fiber_run_wait: invalid handle");
+    if (r->k8s)
+        return fb_k8s_master_wait(r->container, timeout_ms, exit_code);
     return r->docker ? wait_docker(r, timeout_ms, exit_code)
                      : wait_local(r, timeout_ms, exit_code);
 }

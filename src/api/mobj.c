@@ -710,7 +710,11 @@ static int cond_holder(struct cond *cv, struct fb_obj *o, struct fb_oreq *req)
  * notify; with timeout 0, takes the lock straight back. */
 static void cond_wait(struct cond *cv, struct fb_obj *o, struct fb_oreq *req)
 {
-    if (req->count != 1 || cond_holder(cv, o, req) != 0)
+    if (req->count != 1) {
+        bad_args(o, req); /* answered: a request left unanswered leaks */
+        return;
+    }
+    if (cond_holder(cv, o, req) != 0)
         return;
     uint32_t depth = cv->lock.depth;
     olock_handoff(&cv->lock);

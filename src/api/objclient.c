@@ -85,6 +85,11 @@ static int handshake(struct fb_oclient *c)
     if (rc)
         return rc;
     fb_conn_init(&c->conn, fd, 1u << 30);
+    rc = fb_conn_secure_for(&c->conn, c->addr, FB_SEC_CLIENT, c->token);
+    if (rc) {
+        fb_conn_close(&c->conn);
+        return rc;
+    }
     const char *bid = fb_rt_build_id();
     char name[] = "client";
     struct fb_msg_hello h = {.build_id = bid,
@@ -220,15 +225,19 @@ static void deliver(struct fb_oclient *c, const struct fb_wire_hdr *h,
     struct fb_owait *w = c->waits;
     while (w && w->id != h->id)
         w = w->next;
-    if (!w)
-        return; /* nobody asked: drop it */
+    if (!w || w->done)
+        return; /* nobody asked, or it was answered already: drop it */
     struct fb_msg_oreply m;
     fb_wire_get_oreply(p, h->len, h->code, &m, NULL, 0);
+    /* A status that is no fiber code would reach the caller as one (a
+     * positive value passes `rc < 0` checks as a success). */
     w->res.status = h->code;
+    if (h->code > 0 || strcmp(fiber_errname(h->code), "FIBER_E?") == 0)
+        w->res.status = FIBER_EPROTO;
     w->res.count = m.count;
     w->res.raw.len = 0;
     fiber_buf_append(&w->res.raw, m.items, h->len - 4);
-    if (h->code != 0) {
+    if (w->res.status != 0) {
         const void *text = "";
         size_t len = 0;
         fb_oresult_item(&w->res, 0, &text, &len);

@@ -23,6 +23,7 @@
 #include "core/runtime.h"
 
 #define HELLO_MAX_PAYLOAD 1024u
+#define BURST_QUIET_MS 1000 /* a burst of evictions ends after this long */
 #define MAX_CONNS 4096
 
 extern const struct fb_obj_kind *const fb_obj_kinds[];
@@ -32,6 +33,7 @@ struct fb_oconn {
     int authed;
     int want_out;
     int doomed; /* a send failed: dropped at the next safe point */
+    int evicted; /* closed to make room (logged once per burst) */
     uint64_t hello_deadline_ms;
     struct fb_oconn *prev, *next;
 };
@@ -46,6 +48,9 @@ struct fb_objsrv {
     int has_thread;
     struct fb_oconn *conns;
     int n_conns;
+    int n_unauthed;          /* of n_conns: not yet through HELLO */
+    uint64_t burst_refused;  /* closed to make room in this burst */
+    uint64_t burst_last_ms;  /* when the last of them was */
     struct fb_obj *objs;
     uint32_t next_id;
     struct fb_oreq *parked;
@@ -62,6 +67,32 @@ struct fb_objsrv {
 
 static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why);
 
+/* Closes the unauthenticated connection that has waited longest, to make
+ * room for a new one (why the oldest: see evict_oldest_pending in
+ * service.c).  Logged once per burst (run_timers logs its end).  Called
+ * only between event batches, since the batch may name the connection. */
+static void evict_oldest_unauthed(struct fb_objsrv *s)
+{
+    struct fb_oconn *old = NULL;
+    for (struct fb_oconn *c = s->conns; c; c = c->next)
+        if (!c->authed)
+            old = c;
+    if (!old)
+        return;
+    if (s->burst_refused++ == 0)
+        fb_log_warn("object server: %d connections are waiting to "
+                    "authenticate (max_pending_connections): closing the "
+                    "oldest to make room for new ones",
+                    s->n_unauthed);
+    s->burst_last_ms = fb_now_ms();
+    old->evicted = 1;
+    conn_drop(s, old, "closed to make room");
+}
+
+/* Admits a new connection (closing it at once when MAX_CONNS are open,
+ * and the oldest stranger when max_pending_connections are waiting to
+ * send HELLO).  Over TCP with `encryption` on, its encryption starts here
+ * (net/secure.c). */
 static void conn_add(struct fb_objsrv *s, int fd)
 {
     if (s->n_conns >= MAX_CONNS) {
@@ -69,6 +100,9 @@ static void conn_add(struct fb_objsrv *s, int fd)
         s->dropped++;
         return;
     }
+    while (s->n_unauthed > 0 &&
+           s->n_unauthed >= fb_rt_config()->max_pending_connections)
+        evict_oldest_unauthed(s);
     struct fb_oconn *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
@@ -78,7 +112,9 @@ static void conn_add(struct fb_objsrv *s, int fd)
     c->hello_deadline_ms =
         fb_now_ms() + (uint64_t)fb_rt_config()->connect_timeout_ms;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (fb_conn_secure_for(&c->conn, s->address, FB_SEC_SERVER, s->token) !=
+            0 ||
+        epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         fb_conn_close(&c->conn);
         free(c);
         return;
@@ -88,6 +124,7 @@ static void conn_add(struct fb_objsrv *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
+    s->n_unauthed++;
 }
 
 /* A send to c failed.  Dropping it here would free it (and its parked
@@ -361,6 +398,8 @@ static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
     if (c->authed)
         fb_log_debug("object server: client on fd %d gone: %s", c->conn.fd,
                      why);
+    else if (c->evicted)
+        s->dropped++;
     else {
         fb_log_warn("object server: dropping peer on fd %d: %s", c->conn.fd,
                     why);
@@ -388,6 +427,8 @@ static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
     if (c->next)
         c->next->prev = c->prev;
     s->n_conns--;
+    if (!c->authed)
+        s->n_unauthed--;
     free(c);
 }
 
@@ -414,6 +455,7 @@ static int check_hello(struct fb_objsrv *s, struct fb_oconn *c,
         return -1;
     }
     c->authed = 1;
+    s->n_unauthed--;
     c->conn.max_payload = s->max_payload;
     struct fb_msg_welcome w = {0};
     fb_wire_put_welcome(&c->conn.out, &w);
@@ -510,6 +552,15 @@ static int run_timers(struct fb_objsrv *s)
     uint64_t now = fb_now_ms();
     uint64_t next = expire_due(s, now);
     reap_doomed(s);
+    if (s->burst_refused > 0 && now >= s->burst_last_ms + BURST_QUIET_MS) {
+        fb_log_warn("object server: no longer over max_pending_connections; "
+                    "closed %llu waiting connections to make room",
+                    (unsigned long long)s->burst_refused);
+        s->burst_refused = 0;
+    } else if (s->burst_refused > 0 &&
+               s->burst_last_ms + BURST_QUIET_MS < next) {
+        next = s->burst_last_ms + BURST_QUIET_MS;
+    }
     struct fb_oconn *c = s->conns, *cn;
     for (; c; c = cn) {
         cn = c->next;
@@ -536,6 +587,29 @@ static void accept_all(struct fb_objsrv *s)
     }
 }
 
+int fb_objsrv_step(struct fb_objsrv *s, int max_wait_ms)
+{
+    struct epoll_event evs[64];
+    int timeout = run_timers(s);
+    if (max_wait_ms >= 0 && (timeout < 0 || timeout > max_wait_ms))
+        timeout = max_wait_ms;
+    int n = epoll_wait(s->epfd, evs, 64, timeout);
+    int listener = 0;
+    for (int i = 0; i < n && !s->stopping; i++) {
+        void *d = evs[i].data.ptr;
+        if (d == EV_LISTEN)
+            listener = 1;
+        else if (d == EV_STOP || d == EV_CTRL)
+            s->stopping = 1;
+        else
+            on_conn(s, d, evs[i].events);
+    }
+    reap_doomed(s); /* after the batch: its events may name them */
+    if (listener && !s->stopping)
+        accept_all(s); /* after it too: making room closes connections */
+    return n > 0 ? n : 0;
+}
+
 void fb_objsrv_run(struct fb_objsrv *s, int stop_fd)
 {
     if (stop_fd >= 0) {
@@ -543,21 +617,8 @@ void fb_objsrv_run(struct fb_objsrv *s, int stop_fd)
                                  .data.ptr = EV_CTRL};
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, stop_fd, &ev);
     }
-    struct epoll_event evs[64];
-    while (!s->stopping) {
-        int timeout = run_timers(s);
-        int n = epoll_wait(s->epfd, evs, 64, timeout);
-        for (int i = 0; i < n && !s->stopping; i++) {
-            void *d = evs[i].data.ptr;
-            if (d == EV_LISTEN)
-                accept_all(s);
-            else if (d == EV_STOP || d == EV_CTRL)
-                s->stopping = 1;
-            else
-                on_conn(s, d, evs[i].events);
-        }
-        reap_doomed(s); /* after the batch: its events may name them */
-    }
+    while (!s->stopping)
+        fb_objsrv_step(s, -1);
 }
 
 static void *server_main(void *arg)

@@ -108,6 +108,11 @@ const char *fb_objsrv_address(const struct fb_objsrv *srv);
  * descriptor becomes readable or hangs up (a manager's control
  * connection). */
 void fb_objsrv_run(struct fb_objsrv *srv, int stop_fd);
+/* One round of that loop: answers the requests whose deadline passed,
+ * waits for events at most max_wait_ms (-1: until the next deadline) and
+ * handles them.  Returns how many events it handled.  Only for a server
+ * without its own thread (also the fuzz targets' entry point). */
+int fb_objsrv_step(struct fb_objsrv *srv, int max_wait_ms);
 /* Stops and frees the server (joining its thread, if it has one). */
 void fb_objsrv_stop(struct fb_objsrv *srv);
 /* Peers dropped for failing authentication or protocol (tests). */

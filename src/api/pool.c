@@ -940,9 +940,15 @@ FIBER_API void fiber_imap_free(fiber_imap *it)
         return;
     }
     pthread_mutex_lock(&p->mu);
-    /* Unsent tasks are dropped; the window stops holding results. */
+    /* Unsent tasks are dropped; the window stops holding results.  The
+     * batch leaves the queue of unsent work, which must not point at it
+     * once it is freed.  A cut iterator's unsent tasks were taken off the
+     * books already (cut_imap): counting them again would wrap queued. */
     if (b->next < b->n) {
-        p->queued -= b->n - b->next;
+        if (!b->cut) {
+            p->queued -= b->n - b->next;
+            fb_pool_unqueue(p, b);
+        }
         b->n = b->next;
     }
     b->ordered = 0;

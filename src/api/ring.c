@@ -334,7 +334,9 @@ struct fiber_ring {
     char addr[ADDR_MAX];      /* the object server holding the rendezvous */
     uint8_t token[FB_WIRE_TOKEN_LEN];
     uint32_t obj;
-    int next_fd, prev_fd;     /* our links; -1 when closed */
+    struct fb_conn next, prev; /* our links (fd -1 when closed): conns,
+                                  so that an encrypted link keeps its
+                                  keys after the HELLOs */
     int next_gone, prev_gone; /* the neighbour closed its end (it left
                                  or died) while we did not need it */
     uint32_t seq;             /* collectives started, for the headers */
@@ -365,7 +367,8 @@ static int ring_alloc(fiber_ring **out, const char *addr,
     fb_strlcpy(r->addr, addr, sizeof r->addr);
     memcpy(r->token, token, FB_WIRE_TOKEN_LEN);
     r->obj = obj;
-    r->next_fd = r->prev_fd = -1;
+    fb_conn_init(&r->next, -1, HELLO_MAX);
+    fb_conn_init(&r->prev, -1, HELLO_MAX);
     *out = r;
     return 0;
 }
@@ -385,8 +388,8 @@ static void ring_break(fiber_ring *r, int code, const char *why)
         r->failed = code;
         fb_strlcpy(r->why, why, sizeof r->why);
     }
-    close_fd(&r->next_fd);
-    close_fd(&r->prev_fd);
+    fb_conn_close(&r->next);
+    fb_conn_close(&r->prev);
 }
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -563,22 +566,25 @@ static int hello_problem(const fiber_ring *r, uint64_t nonce, int want,
     return -1;
 }
 
-/* Gives up the descriptor of a conn whose handshake is over, freeing its
- * buffers.  A byte beyond the HELLO would be data the ring's own framing
- * never saw, so it is an error (and a peer that sent it is confused). */
-static int detach(struct fb_conn *c, int *fd)
+/* Moves a conn whose HELLOs are done to link, which from then on carries
+ * the ring's own framing (fb_conn_sendv, fb_conn_recv_bytes).  A byte
+ * beyond the HELLO would be data that framing never saw, so it is an
+ * error (and a peer that sent it is confused). */
+static int adopt_link(struct fb_conn *c, struct fb_conn *link)
 {
     if (c->in_off != c->in.len)
         return fb_err(FIBER_EPROTO, "a ring peer sent data before it was "
                                     "answered");
-    *fd = c->fd;
-    c->fd = -1;
-    fb_conn_close(c);
+    fb_conn_close(link);
+    *link = *c;
+    fb_conn_init(c, -1, HELLO_MAX);
     return 0;
 }
 
 /* Dials the next rank and sends our HELLO; its answer is read later, in
- * await_next, so that no member waits on another before accepting. */
+ * await_next, so that no member waits on another before accepting.  On
+ * an encrypted link the HELLO can only be sealed once the next rank has
+ * accepted us and sent its key: find_prev and await_next send it then. */
 static int dial_next(const fiber_ring *r, struct joining *j)
 {
     int fd;
@@ -593,8 +599,10 @@ static int dial_next(const fiber_ring *r, struct joining *j)
     if (rc)
         return rc;
     fb_conn_init(&j->next, fd, HELLO_MAX);
-    rc = put_hello(r, j->nonce, &j->next.out);
-    if (rc == 0 && fb_conn_flush_wait(&j->next, j->deadline) != 0)
+    rc = fb_conn_secure_for(&j->next, j->next_addr, FB_SEC_CLIENT, r->token);
+    if (rc == 0)
+        rc = put_hello(r, j->nonce, &j->next.out);
+    if (rc == 0 && fb_conn_flush(&j->next) < 0)
         rc = fb_err(FIBER_ECLOSED, "ring rank %d: cannot greet rank %d: %s",
                     r->rank, mod(r->rank + 1, r->n), j->next.err);
     return rc;
@@ -606,7 +614,15 @@ static int await_next(fiber_ring *r, struct joining *j)
     struct fb_wire_hdr h;
     const uint8_t *p;
     int want = mod(r->rank + 1, r->n);
-    int rc = fb_conn_recv_wait(&j->next, &h, &p, j->deadline);
+    int rc = fb_conn_flush_wait(&j->next, j->deadline);
+    if (rc == FIBER_ETIMEDOUT)
+        return fb_err(rc, "ring rank %d: rank %d did not answer in time",
+                      r->rank, want);
+    if (rc)
+        return fb_err(rc == FIBER_EPROTO ? rc : FIBER_ECLOSED,
+                      "ring rank %d: cannot greet rank %d: %s", r->rank,
+                      want, j->next.err);
+    rc = fb_conn_recv_wait(&j->next, &h, &p, j->deadline);
     if (rc == FIBER_ETIMEDOUT)
         return fb_err(rc, "ring rank %d: rank %d did not answer in time",
                       r->rank, want);
@@ -618,7 +634,7 @@ static int await_next(fiber_ring *r, struct joining *j)
     if (hello_problem(r, j->nonce, want, &h, p, why, sizeof why) != 0)
         return fb_err(FIBER_EAUTH, "ring rank %d: the peer at %s is not "
                       "rank %d: %s", r->rank, j->next_addr, want, why);
-    return detach(&j->next, &r->next_fd);
+    return adopt_link(&j->next, &r->next);
 }
 
 /* Connections on our socket that have not yet proved who they are. */
@@ -670,6 +686,11 @@ static int cand_accept(const fiber_ring *r, const struct joining *j,
         if (cs->n == MAX_CANDIDATES)
             cand_drop(cs, 0, "too many unproven connections");
         fb_conn_init(&cs->c[cs->n++], fd, HELLO_MAX);
+        if (fb_conn_secure_for(&cs->c[cs->n - 1], j->bound, FB_SEC_SERVER,
+                               r->token) != 0) {
+            cand_drop(cs, cs->n - 1, fiber_last_error());
+            continue;
+        }
         if (cand_serve(r, j, cs, cs->n - 1) == 1)
             return cs->n - 1;
     }
@@ -692,7 +713,7 @@ static int cand_round(const fiber_ring *r, const struct joining *j,
  * link we dialed is watched too: if the next member fails its own join it
  * closes that link, and failing here as well passes the news on even when
  * the previous rank will never come and there is no timeout. */
-static int find_prev(const fiber_ring *r, const struct joining *j,
+static int find_prev(const fiber_ring *r, struct joining *j,
                      struct candidates *cs, int *won)
 {
     *won = -1;
@@ -701,14 +722,22 @@ static int find_prev(const fiber_ring *r, const struct joining *j,
         pf[0] = (struct pollfd){.fd = j->listen_fd, .events = POLLIN};
         for (int i = 0; i < cs->n; i++)
             pf[1 + i] = (struct pollfd){.fd = cs->c[i].fd, .events = POLLIN};
-        pf[1 + cs->n] = (struct pollfd){.fd = j->next.fd, .events = POLLRDHUP};
+        /* Our HELLO to next may still wait for its key (encryption). */
+        pf[1 + cs->n] = (struct pollfd){
+            .fd = j->next.fd,
+            .events = (short)(POLLRDHUP | fb_conn_wait_events(&j->next))};
         int k = poll(pf, (nfds_t)(2 + cs->n), fb_ms_left(j->deadline));
         if (k == 0)
             return fb_err(FIBER_ETIMEDOUT, "ring rank %d: rank %d did not "
                           "connect in time", r->rank, mod(r->rank - 1, r->n));
         if (k < 0 && errno != EINTR)
             return fb_err_errno(FIBER_ESYS, "poll");
-        if (k > 0 && pf[1 + cs->n].revents)
+        short next_ev = k > 0 ? pf[1 + cs->n].revents : 0;
+        if ((next_ev & (POLLIN | POLLOUT)) && fb_conn_flush(&j->next) < 0)
+            return fb_err(FIBER_ECLOSED, "ring rank %d: cannot greet rank "
+                          "%d: %s", r->rank, mod(r->rank + 1, r->n),
+                          j->next.err);
+        if (next_ev & (POLLRDHUP | POLLHUP | POLLERR))
             return fb_err(FIBER_ECLOSED, "ring rank %d: rank %d left while "
                           "the ring was being linked", r->rank,
                           mod(r->rank + 1, r->n));
@@ -730,7 +759,7 @@ static int accept_prev(fiber_ring *r, struct joining *j)
         rc = fb_err(FIBER_ECLOSED, "ring rank %d: cannot answer rank %d: %s",
                     r->rank, mod(r->rank - 1, r->n), cs.c[won].err);
     if (rc == 0)
-        rc = detach(&cs.c[won], &r->prev_fd);
+        rc = adopt_link(&cs.c[won], &r->prev);
     for (int i = 0; i < cs.n; i++)
         fb_conn_close(&cs.c[i]);
     return rc;
@@ -845,6 +874,10 @@ static int link_error(const fiber_ring *r, int to_next, int err)
     if (err == EPIPE || err == ECONNRESET)
         return fb_err(FIBER_ECLOSED, "ring rank %d: the link %s rank %d "
                       "closed: a member died or failed", r->rank, dir, peer);
+    if (err == EPROTO || err == EBADMSG) /* the encrypted stream failed */
+        return fb_err(FIBER_EPROTO, "ring rank %d: the link %s rank %d: %s",
+                      r->rank, dir, peer,
+                      to_next ? r->next.err : r->prev.err);
     errno = err;
     return fb_err_errno(FIBER_ESYS, "ring rank %d: the link %s rank %d",
                         r->rank, dir, peer);
@@ -872,11 +905,20 @@ static size_t tx_ready(const struct xfer *x, size_t plen)
 }
 
 /* Sends what it can without blocking: header and payload in one
- * sendmsg.  Returns 0 (x->blocked says if the socket is full) or a code. */
-static int tx_progress(const fiber_ring *r, const struct call_id *id,
+ * fb_conn_sendv (a sendmsg, unless the link is encrypted).  Returns 0
+ * (x->blocked says if the socket is full) or a code. */
+static int tx_progress(fiber_ring *r, const struct call_id *id,
                        struct xfer *x)
 {
     x->blocked = 0;
+    /* Records an encrypted link sealed but could not send yet go first. */
+    int fl = fb_conn_pending(&r->next) ? fb_conn_flush(&r->next) : 0;
+    if (fl < 0)
+        return link_error(r, 1, fl == FIBER_EPROTO ? EPROTO : EPIPE);
+    if (fl == 1) {
+        x->blocked = 1;
+        return 0;
+    }
     while (x->piece < x->pieces) {
         size_t plen = piece_len(x);
         if (x->hdr_off == 0 && x->piece_off == 0)
@@ -891,9 +933,8 @@ static int tx_progress(const fiber_ring *r, const struct call_id *id,
             iov[k++] = (struct iovec){
                 x->buf + (size_t)x->piece * PIECE + x->piece_off, ready};
         if (k == 0)
-            return 0; /* forwarding: waiting for bytes from prev */
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-        ssize_t n = sendmsg(r->next_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            break; /* forwarding: waiting for bytes from prev */
+        ssize_t n = fb_conn_sendv(&r->next, iov, k);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -904,6 +945,7 @@ static int tx_progress(const fiber_ring *r, const struct call_id *id,
             return link_error(r, 1, errno);
         tx_advance(x, (size_t)n, plen);
     }
+    x->blocked = fb_conn_pending(&r->next); /* sealed, not all sent */
     return 0;
 }
 
@@ -936,7 +978,7 @@ static int rx_advance(const fiber_ring *r, const struct call_id *id,
  * piece: a prev on the other core can refill the socket as fast as it is
  * read, and our own sends, which the next member waits for, must not
  * wait for the whole block. */
-static int rx_progress(const fiber_ring *r, const struct call_id *id,
+static int rx_progress(fiber_ring *r, const struct call_id *id,
                        struct xfer *x)
 {
     uint32_t first = x->piece;
@@ -953,7 +995,7 @@ static int rx_progress(const fiber_ring *r, const struct call_id *id,
             dst += x->piece_off;
             want = plen - x->piece_off;
         }
-        ssize_t n = recv(r->prev_fd, dst, want, MSG_DONTWAIT);
+        ssize_t n = fb_conn_recv_bytes(&r->prev, dst, want);
         if (n == 0)
             return fb_err(FIBER_ECLOSED, "ring rank %d: the link from rank "
                           "%d closed: a member died or failed", r->rank,
@@ -980,10 +1022,12 @@ static int wait_links(fiber_ring *r, const struct xfer *tx, int rx_pending,
                       uint64_t deadline)
 {
     const short gone = POLLERR | POLLHUP | POLLRDHUP;
+    if (rx_pending && fb_conn_buffered(&r->prev) > 0)
+        return 0; /* decrypted bytes wait in the conn, not the socket */
     struct pollfd pf[2] = {
-        {.fd = tx || !r->next_gone ? r->next_fd : -1,
+        {.fd = tx || !r->next_gone ? r->next.fd : -1,
          .events = POLLRDHUP | (tx && tx->blocked ? POLLOUT : 0)},
-        {.fd = rx_pending || !r->prev_gone ? r->prev_fd : -1,
+        {.fd = rx_pending || !r->prev_gone ? r->prev.fd : -1,
          .events = POLLRDHUP | (rx_pending ? POLLIN : 0)},
     };
     int left = fb_ms_left(deadline);
@@ -1019,10 +1063,11 @@ static int run_step(fiber_ring *r, const struct call_id *id, struct xfer *tx,
             rc = tx_progress(r, id, tx);
         if (rc)
             return rc;
-        if (xfer_done(tx) && xfer_done(rx))
+        /* An encrypted link may hold sealed bytes after the last piece. */
+        int tx_busy = tx && (!xfer_done(tx) || fb_conn_pending(&r->next));
+        if (!tx_busy && xfer_done(rx))
             return 0;
-        rc = wait_links(r, xfer_done(tx) ? NULL : tx, !xfer_done(rx),
-                        deadline);
+        rc = wait_links(r, tx_busy ? tx : NULL, !xfer_done(rx), deadline);
         if (rc)
             return rc;
     }
@@ -1343,8 +1388,8 @@ FIBER_API void fiber_ring_free(fiber_ring *r)
     if (!r || check_ring(r))
         return;
     r->magic = 0;
-    close_fd(&r->next_fd);
-    close_fd(&r->prev_fd);
+    fb_conn_close(&r->next);
+    fb_conn_close(&r->prev);
     free(r->scratch);
     free(r);
 }

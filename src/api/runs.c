@@ -32,6 +32,7 @@
 #include "backend/slurm/slurm.h"
 #include "api/runs.h"
 #include "backend/backend.h"
+#include "backend/kubernetes/k8s_master.h"
 #include "backend/docker/image.h"
 #include "core/common.h"
 
@@ -1252,8 +1253,7 @@ FIBER_API int fiber_backend_check(const char *backend, char *detail,
         rc = fb_slurm_describe(detail, size);
     } else if (strcmp(backend, "kubernetes") == 0) {
         if (built) {
-            snprintf(detail, size, "built; fiber doctor cannot check it yet");
-            rc = 0;
+            rc = fb_k8s_describe(detail, size);
         } else {
             snprintf(detail, size, "not built yet");
             rc = fb_err(FIBER_ENOTSUP, "the %s backend is not built yet",

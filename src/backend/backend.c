@@ -12,6 +12,7 @@ static const struct fb_backend_ops *const backends[] = {
     &fb_backend_local,
     &fb_backend_docker,
     &fb_backend_slurm,
+    &fb_backend_kubernetes,
 };
 
 const struct fb_backend_ops *fb_backend_find(const char *name)
@@ -20,8 +21,19 @@ const struct fb_backend_ops *fb_backend_find(const char *name)
         if (strcmp(backends[i]->name, name) == 0)
             return backends[i];
     fb_err(FIBER_ECONFIG,
-           "backend '%s' does not exist; backends: local, docker, slurm", name);
+           "backend '%s' does not exist; backends: local, docker, slurm, "
+           "kubernetes",
+           name);
     return NULL;
+}
+
+int fb_exit_status_of_code(long long code)
+{
+    if (code > 128 && code < 128 + 65)
+        return -(int)(code - 128);
+    if (code < 0 || code > 255)
+        return 255;
+    return (int)code;
 }
 
 int fb_backend_open(struct fb_backend **out, const char *name,

@@ -145,6 +145,21 @@ struct fb_backend_ops {
     void (*release_job)(struct fb_backend *be, struct fb_job *job);
 };
 
+/* Marks job as ended with status (an exit code >= 0, or -signal). */
+static inline void fb_job_exited(struct fb_job *job, int status)
+{
+    job->state = FB_JOB_EXITED;
+    job->exit_status = status;
+}
+
+/* Turns an engine's exit code into fiber's status: an init process or a
+ * shell reports a program killed by signal n as 128 + n, which fiber
+ * reports as -n, as the local backend does (a program that calls
+ * exit(128 + n) itself reads the same; fiber's children report their
+ * task's code over the connection, which takes precedence); a code
+ * outside 0..255 reads as 255. */
+int fb_exit_status_of_code(long long code);
+
 /* Returns the ops table of the backend named name, or NULL with a message
  * listing the backends that exist. */
 const struct fb_backend_ops *fb_backend_find(const char *name);
@@ -174,5 +189,6 @@ int fb_backend_logs(struct fb_backend *be, struct fb_job *job,
 extern const struct fb_backend_ops fb_backend_local;
 extern const struct fb_backend_ops fb_backend_docker;
 extern const struct fb_backend_ops fb_backend_slurm;
+extern const struct fb_backend_ops fb_backend_kubernetes;
 
 #endif /* FB_BACKEND_H */

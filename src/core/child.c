@@ -5,8 +5,9 @@
  * 1. Read the bootstrap: the master's address, the job id and name from
  *    FIBER_BOOT_* variables; the run's token from the secret descriptor
  *    (local backend) or a file only this user can read (cluster backends).
- * 2. Dial the master and send HELLO; wait for WELCOME (or REJECT: log why,
- *    exit FB_EXIT_REJECTED).
+ * 2. Dial the master (over TCP with `encryption` on, the connection is
+ *    encrypted with the token as its key: net/secure.c) and send HELLO;
+ *    wait for WELCOME (or REJECT: log why, exit FB_EXIT_REJECTED).
  * 3. Start the watchdog thread, then receive the assignment and run it.
  *
  * The watchdog is the one thread a child adds.  It waits for the master's
@@ -136,6 +137,9 @@ static uint32_t handshake(struct fb_runtime *rt, const struct boot *b,
         die(FB_EXIT_UNREACHABLE, "cannot reach the master: %s",
             fiber_last_error());
     fb_conn_init(c, fd, rt->cfg.max_message_bytes);
+    if (fb_conn_secure_for(c, b->addr, FB_SEC_CLIENT, b->token) != 0)
+        die(FB_EXIT_UNREACHABLE, "cannot encrypt the connection to the "
+                                 "master: %s", fiber_last_error());
     struct fb_msg_hello h = {.build_id = rt->build_id,
                              .build_id_len = (uint8_t)strlen(rt->build_id),
                              .job_id = b->job_id,

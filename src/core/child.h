@@ -36,4 +36,19 @@ void fb_child_die(int code, const char *fmt, ...) FIBER_PRINTF(2, 3)
 void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
                     const uint8_t *payload) __attribute__((noreturn));
 
+/* The worker loop's parts, without its exits, its fault handlers or its
+ * waiting (also the fuzz targets' entry point, tests/fuzz/fuzz_worker.c).
+ * fb_wloop_start takes POOL: runs the initializer and sends READY;
+ * returns 0 with *out, or FIBER_ETASK after sending EXIT.  fb_wloop_frame
+ * acts on one decoded frame: 0 to go on, 1 after STOP (all results
+ * sent), FIBER_EPROTO for a frame a worker does not take.  fb_wloop_idle
+ * sends the staged results, as the loop does before it waits. */
+struct fb_wloop;
+int fb_wloop_start(struct fb_child *ch, const struct fb_wire_hdr *h,
+                   const uint8_t *payload, struct fb_wloop **out);
+int fb_wloop_frame(struct fb_wloop *l, const struct fb_wire_hdr *h,
+                   const uint8_t *payload);
+void fb_wloop_idle(struct fb_wloop *l);
+void fb_wloop_free(struct fb_wloop *l);
+
 #endif /* FB_CHILD_H */

@@ -142,6 +142,9 @@ const char *fb_rt_build_id(void);
 const char *fb_rt_address(void);
 /* Connections dropped for failing authentication or sending garbage. */
 uint64_t fb_rt_dropped_peers(void);
+/* Unauthenticated connections closed to make room because
+ * max_pending_connections were waiting (also counted as dropped). */
+uint64_t fb_rt_refused_peers(void);
 
 /* ---- between runtime.c, service.c and child.c ---- */
 #define FB_MAX_OVERRIDES 64
@@ -173,6 +176,9 @@ struct fb_runtime {
     pthread_t service_thread;
     int service_running, service_stop;
     uint64_t dropped_peers;
+    uint64_t refused_peers;     /* closed over max_pending_connections */
+    uint64_t burst_refused;     /* of those, in the current burst */
+    uint64_t burst_last_ms;     /* when the last of them was closed */
     struct fb_pending *pending; /* unauthenticated connections */
     int n_pending;
 

@@ -6,9 +6,11 @@
  * joins it.  It runs with every signal blocked, so the program's signal
  * handlers always run on the program's own threads.
  *
- * What it does: accepts connections on the run's listening socket; holds
- * each until it proves itself with HELLO (the run's token, compared in
- * constant time, and the program's build id) or drops it, logging why;
+ * What it does: accepts connections on the run's listening socket (at
+ * most max_pending_connections unauthenticated at once: the oldest makes
+ * room; over TCP with `encryption` on, each is encrypted: net/secure.c);
+ * holds each until it proves itself with HELLO (the run's token, compared
+ * in constant time, and the program's build id) or drops it, logging why;
  * hands authenticated connections to their job's owner; notices ended jobs
  * (the backend's event descriptor, or polling) and reaps them; turns
  * SIGTERM into SIGKILL when a terminated job outlives its grace period.
@@ -48,7 +50,9 @@
 /* A connection that has not yet proved itself.  Its frames may be at most
  * this big: HELLO is under 200 bytes. */
 #define PENDING_MAX_PAYLOAD 1024u
-#define MAX_PENDING 512
+/* A burst of connections over max_pending_connections ends after this
+ * long without one. */
+#define BURST_QUIET_MS 1000
 #define POLL_INTERVAL_MS 100
 
 struct fb_pending {
@@ -149,6 +153,59 @@ static void reject_pending(struct fb_pending *p, const char *why)
     drop_pending(p, why);
 }
 
+/* Makes room for a new connection when max_pending_connections others
+ * wait to prove themselves: the one that has waited longest is closed.
+ * (A child sends HELLO within milliseconds of connecting, so under a
+ * flood of silent or slow strangers it is a stranger that goes; refusing
+ * the newcomer instead would lock every new child out for as long as the
+ * strangers' connect_timeout_ms.)  Logged once per burst, and once more
+ * when the burst is over (end_refusal_burst): BURST_QUIET_MS without
+ * another. */
+static void evict_oldest_pending(void)
+{
+    struct fb_pending *old = R->pending;
+    while (old && old->next)
+        old = old->next;
+    if (!old)
+        return;
+    if (R->burst_refused++ == 0)
+        fb_log_warn("%d connections are waiting to authenticate "
+                    "(max_pending_connections): closing the oldest to make "
+                    "room for new ones",
+                    R->n_pending);
+    R->refused_peers++;
+    R->dropped_peers++;
+    R->burst_last_ms = fb_now_ms();
+    ep_del(old->conn.fd);
+    pending_unlink(old);
+    fb_conn_close(&old->conn);
+    free(old);
+}
+
+/* Returns when the current burst ends (UINT64_MAX: none), logging its
+ * end if that is now. */
+static uint64_t end_refusal_burst(uint64_t now)
+{
+    if (R->burst_refused == 0)
+        return UINT64_MAX;
+    if (now < R->burst_last_ms + BURST_QUIET_MS)
+        return R->burst_last_ms + BURST_QUIET_MS;
+    fb_log_warn("no longer over max_pending_connections; closed %llu "
+                "waiting connections to make room",
+                (unsigned long long)R->burst_refused);
+    R->burst_refused = 0;
+    return UINT64_MAX;
+}
+
+uint64_t fb_rt_refused_peers(void)
+{
+    R = fb_rt();
+    fb_rt_lock();
+    uint64_t n = R->refused_peers;
+    fb_rt_unlock();
+    return n;
+}
+
 static void accept_peers(void)
 {
     for (int i = 0; i < 64; i++) {
@@ -167,6 +224,9 @@ static void accept_peers(void)
                 drop_pending(old, "descriptor limit reached");
             return;
         }
+        while (R->pending &&
+               R->n_pending >= R->cfg.max_pending_connections)
+            evict_oldest_pending();
         struct fb_pending *p = calloc(1, sizeof *p);
         if (!p) {
             close(fd);
@@ -174,7 +234,9 @@ static void accept_peers(void)
         }
         fb_conn_init(&p->conn, fd, PENDING_MAX_PAYLOAD);
         p->deadline_ms = fb_now_ms() + (uint64_t)R->cfg.connect_timeout_ms;
-        if (ep_add(fd, EPOLLIN, (uint64_t)(uintptr_t)p | EV_PENDING) != 0) {
+        if (fb_conn_secure_for(&p->conn, R->address, FB_SEC_SERVER,
+                               R->token) != 0 ||
+            ep_add(fd, EPOLLIN, (uint64_t)(uintptr_t)p | EV_PENDING) != 0) {
             fb_conn_close(&p->conn);
             free(p);
             continue;
@@ -183,12 +245,7 @@ static void accept_peers(void)
         if (R->pending)
             R->pending->prev = p;
         R->pending = p;
-        if (++R->n_pending > MAX_PENDING) {
-            struct fb_pending *old = R->pending;
-            while (old->next)
-                old = old->next;
-            drop_pending(old, "too many connections waiting to authenticate");
-        }
+        R->n_pending++;
     }
 }
 
@@ -359,8 +416,9 @@ static void on_conn(struct fb_jobrec *j, uint32_t events)
 /* Deadlines and polling; returns the epoll timeout until the next one. */
 static int run_timers(void)
 {
-    uint64_t now = fb_now_ms(), next = UINT64_MAX;
+    uint64_t now = fb_now_ms();
     expire_pending(now);
+    uint64_t next = end_refusal_burst(now);
     for (struct fb_pending *p = R->pending; p; p = p->next)
         if (p->deadline_ms < next)
             next = p->deadline_ms;
@@ -434,8 +492,17 @@ static void *service_main(void *arg)
         fb_rt_unlock();
         int n = epoll_wait(R->epoll_fd, evs, (int)FB_ARRAY_LEN(evs), timeout);
         fb_rt_lock();
-        for (int i = 0; i < n && !R->service_stop; i++)
-            dispatch(&evs[i]);
+        int listener = 0;
+        for (int i = 0; i < n && !R->service_stop; i++) {
+            if (EV_KIND(evs[i].data.u64) == EV_LISTEN)
+                listener = 1;
+            else
+                dispatch(&evs[i]);
+        }
+        /* Accepting may close pending connections to make room, so it
+         * comes after the events, which may name them. */
+        if (listener && !R->service_stop)
+            accept_peers();
     }
     fb_rt_unlock();
     return NULL;

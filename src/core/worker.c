@@ -11,7 +11,8 @@
  * When a task dies of a fatal signal (or calls exit()), a handler sends
  * the results finished so far and a FAULT frame naming the task that was
  * running, so that the master charges the crash to exactly that task.
- * It uses only write() and memory it already owns.
+ * It uses only write(), poll() and memory it already owns
+ * (fb_conn_write_now, which encrypts in place on an encrypted conn).
  */
 #include <errno.h>
 #include <poll.h>
@@ -52,25 +53,6 @@ struct worker {
 
 static struct worker *fault_worker;
 
-/* write() until done, waiting on poll() if the socket is full; both are
- * async-signal-safe. */
-static void write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w > 0) {
-            p += w;
-            n -= (size_t)w;
-        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            struct pollfd pf = {.fd = fd, .events = POLLOUT};
-            if (poll(&pf, 1, 1000) <= 0)
-                return;
-        } else {
-            return;
-        }
-    }
-}
-
 static void report_fault(int sig)
 {
     struct worker *w = fault_worker;
@@ -84,11 +66,10 @@ static void report_fault(int sig)
         fb_wire_result_end(&w->stage, w->mark, w->in_frame, 0);
     else
         w->stage.len = w->mark; /* drop the empty frame */
-    write_all(c->fd, c->out.data + c->out_off, c->out.len - c->out_off);
-    write_all(c->fd, w->stage.data, w->stage.len);
+    fb_conn_write_now(c, w->stage.data, w->stage.len);
     uint8_t f[FB_WIRE_FAULT_LEN];
     fb_wire_fault_encode(f, w->chunk_id, sig, w->item);
-    write_all(c->fd, f, sizeof f);
+    fb_conn_write_now(c, f, sizeof f);
 }
 
 static void on_fatal_signal(int sig)
@@ -244,14 +225,16 @@ static void run_chunk(struct worker *w, const struct fb_wire_hdr *h,
     fb_wire_result_end(&w->stage, w->mark, w->in_frame, fb_now_ns() - t0);
 }
 
-static void run_initializer(struct worker *w, const uint8_t *payload,
-                            size_t len, struct fb_msg_pool *m)
+/* Returns 0, or FIBER_ETASK (message set) after sending EXIT: the
+ * initializer failed or does not exist. */
+static int run_initializer(struct worker *w, const uint8_t *payload,
+                           size_t len, struct fb_msg_pool *m)
 {
     fb_wire_get_pool(payload, len, m, NULL, 0);
     w->spin_us = m->spin_us;
     fb_spin_init(&w->spin, m->spin_us);
     if (m->init_task_len == 0)
-        return;
+        return 0;
     char task[FB_WIRE_NAME_MAX + 1];
     memcpy(task, m->init_task, m->init_task_len);
     task[m->init_task_len] = '\0';
@@ -271,10 +254,10 @@ static void run_initializer(struct worker *w, const uint8_t *payload,
         snprintf(msg, sizeof msg, "%s", fiber_last_error());
     }
     if (rc == 0)
-        return;
+        return 0;
     fb_wire_put_exit(&w->stage, rc, msg, strlen(msg));
     send_staged(w, 1);
-    fb_child_die(FB_EXIT_INIT, "%s", msg);
+    return fb_err(FIBER_ETASK, "%s", msg);
 }
 
 /* Waits for more input: spins for spin_us, then blocks. */
@@ -311,16 +294,62 @@ static void wait_input(struct worker *w)
         fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", c->err);
 }
 
+/* POOL (h, payload): runs the initializer and says READY.  Returns 0, or
+ * FIBER_ETASK after sending EXIT. */
+static int worker_start(struct worker *w, struct fb_child *ch,
+                        const struct fb_wire_hdr *h, const uint8_t *payload)
+{
+    w->ch = ch;
+    w->max_result = ch->cfg->max_message_bytes / 2;
+    struct fb_msg_pool m;
+    int rc = run_initializer(w, payload, h->len, &m);
+    if (rc)
+        return rc;
+    fb_wire_put_empty(&w->stage, FB_MSG_READY, 0);
+    send_staged(w, 1);
+    return 0;
+}
+
+/* Acts on one frame from the master.  Returns 0 to go on, 1 after STOP
+ * (every result sent), or FIBER_EPROTO for a frame a worker does not
+ * take. */
+static int on_frame(struct worker *w, const struct fb_wire_hdr *h,
+                    const uint8_t *p)
+{
+    switch (h->type) {
+    case FB_MSG_TASK:
+        run_chunk(w, h, p);
+        /* Results of a slow chunk go out now rather than after the next
+         * one; fast chunks stay batched. */
+        if (fb_now_ns() - w->last_send_ns > FLUSH_NS ||
+            w->stage.len > w->max_result)
+            send_staged(w, 0);
+        return 0;
+    case FB_MSG_STOP:
+        send_staged(w, 1);
+        return 1;
+    case FB_MSG_PING:
+        fb_wire_put_pong(&w->stage, h->id);
+        return 0;
+    }
+    return fb_err(FIBER_EPROTO, "unexpected %s from the master",
+                  fb_msg_type_name(h->type));
+}
+
+/* Nothing more is buffered: the results go out before the loop waits. */
+static void worker_idle(struct worker *w)
+{
+    if (w->stage.len)
+        send_staged(w, 0);
+}
+
 void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
                     const uint8_t *payload)
 {
-    struct worker w = {.ch = ch};
-    w.max_result = ch->cfg->max_message_bytes / 2;
-    struct fb_msg_pool m;
-    run_initializer(&w, payload, h->len, &m);
+    struct worker w = {0};
+    if (worker_start(&w, ch, h, payload) != 0)
+        fb_child_die(FB_EXIT_INIT, "%s", fiber_last_error());
     install_fault_handlers(&w);
-    fb_wire_put_empty(&w.stage, FB_MSG_READY, 0);
-    send_staged(&w, 1);
     fb_log_debug("pool worker ready (spin %u us)", w.spin_us);
     for (;;) {
         struct fb_wire_hdr hdr;
@@ -330,30 +359,55 @@ void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
             fb_child_die(FB_EXIT_PROTO, "bad frame from the master: %s",
                          ch->conn.err);
         if (rc == 0) {
-            if (w.stage.len)
-                send_staged(&w, 0);
+            worker_idle(&w);
             wait_input(&w);
             continue;
         }
-        switch (hdr.type) {
-        case FB_MSG_TASK:
-            run_chunk(&w, &hdr, p);
-            /* Results of a slow chunk go out now rather than after the
-             * next one; fast chunks stay batched. */
-            if (fb_now_ns() - w.last_send_ns > FLUSH_NS ||
-                w.stage.len > w.max_result)
-                send_staged(&w, 0);
-            break;
-        case FB_MSG_STOP:
-            send_staged(&w, 1);
+        rc = on_frame(&w, &hdr, p);
+        if (rc == 1) {
             fb_log_debug("pool worker stopping as asked");
             exit(0);
-        case FB_MSG_PING:
-            fb_wire_put_pong(&w.stage, hdr.id);
-            break;
-        default:
-            fb_child_die(FB_EXIT_PROTO, "unexpected %s from the master",
-                         fb_msg_type_name(hdr.type));
         }
+        if (rc < 0)
+            fb_child_die(FB_EXIT_PROTO, "%s", fiber_last_error());
     }
+}
+
+/* ---- the loop's parts, for the fuzz targets ---------------------------- */
+
+struct fb_wloop {
+    struct worker w;
+};
+
+int fb_wloop_start(struct fb_child *ch, const struct fb_wire_hdr *h,
+                   const uint8_t *payload, struct fb_wloop **out)
+{
+    struct fb_wloop *l = calloc(1, sizeof *l);
+    if (!l)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    int rc = worker_start(&l->w, ch, h, payload);
+    if (rc) {
+        fb_wloop_free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int fb_wloop_frame(struct fb_wloop *l, const struct fb_wire_hdr *h,
+                   const uint8_t *payload)
+{
+    return on_frame(&l->w, h, payload);
+}
+
+void fb_wloop_idle(struct fb_wloop *l) { worker_idle(&l->w); }
+
+void fb_wloop_free(struct fb_wloop *l)
+{
+    if (!l)
+        return;
+    fiber_buf_free(&l->w.arg);
+    fiber_buf_free(&l->w.result);
+    fiber_buf_free(&l->w.stage);
+    free(l);
 }

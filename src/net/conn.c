@@ -6,6 +6,10 @@
  * the largest frame the peer may send (max_payload): bytes are only stored
  * as they arrive, and a header that claims more than the limit ends the
  * stream before anything is allocated for it.
+ *
+ * An encrypted conn (c->sec, secure.c) keeps the same buffers: `in` holds
+ * decrypted bytes and `out` plaintext frames; secure.c seals on flush and
+ * opens on read, so everything here above the socket works unchanged.
  */
 #include <errno.h>
 #include <poll.h>
@@ -16,6 +20,7 @@
 
 #include "core/common.h"
 #include "net/net.h"
+#include "net/secure.h"
 
 #define READ_CHUNK 65536u
 
@@ -31,6 +36,8 @@ void fb_conn_close(struct fb_conn *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    fb_sec_free(c->sec);
+    c->sec = NULL;
     fiber_buf_free(&c->in);
     fiber_buf_free(&c->out);
     c->in_off = c->out_off = 0;
@@ -55,6 +62,8 @@ int fb_conn_read(struct fb_conn *c)
      * again, so unparsed input never exceeds one frame plus one chunk, and
      * a peer that floods us cannot make the buffer grow past that. */
     compact_input(c);
+    if (c->sec)
+        return fb_sec_read(c);
     size_t chunk = READ_CHUNK;
     if (chunk > (size_t)c->max_payload + FB_WIRE_HDR_LEN)
         chunk = (size_t)c->max_payload + FB_WIRE_HDR_LEN;
@@ -87,16 +96,24 @@ int fb_conn_read(struct fb_conn *c)
 int fb_conn_next(struct fb_conn *c, struct fb_wire_hdr *h,
                  const uint8_t **payload)
 {
-    const uint8_t *p = c->in.data + c->in_off;
+    /* Nothing read yet: no buffer, and NULL + 0 is undefined. */
+    const uint8_t *p = c->in.data ? c->in.data + c->in_off : NULL;
     size_t avail = c->in.len - c->in_off;
     int rc = fb_wire_hdr_decode(p, avail, c->max_payload, h, c->err,
                                 sizeof c->err);
     if (rc == 1)
-        return 0;
-    if (rc != 0)
+        return c->sec && fb_sec_failed(c) ? FIBER_EPROTO : 0;
+    if (rc != 0) {
+        if (!c->sec && avail >= FB_SEC_MAGIC_LEN &&
+            memcmp(p, FB_SEC_MAGIC, FB_SEC_MAGIC_LEN) == 0)
+            snprintf(c->err, sizeof c->err,
+                     "the peer encrypts its traffic and this end does not "
+                     "(every process of a run must use the same "
+                     "encryption setting)");
         return FIBER_EPROTO;
+    }
     if (avail - FB_WIRE_HDR_LEN < h->len)
-        return 0;
+        return c->sec && fb_sec_failed(c) ? FIBER_EPROTO : 0;
     rc = fb_wire_check_payload(h, p + FB_WIRE_HDR_LEN, c->err, sizeof c->err);
     if (rc != 0)
         return FIBER_EPROTO;
@@ -107,6 +124,8 @@ int fb_conn_next(struct fb_conn *c, struct fb_wire_hdr *h,
 
 int fb_conn_flush(struct fb_conn *c)
 {
+    if (c->sec)
+        return fb_sec_flush(c);
     while (c->out_off < c->out.len) {
         ssize_t n = send(c->fd, c->out.data + c->out_off,
                          c->out.len - c->out_off, MSG_NOSIGNAL);
@@ -149,13 +168,25 @@ static int wait_fd(struct fb_conn *c, short events, uint64_t deadline_ms)
     }
 }
 
+short fb_conn_wait_events(const struct fb_conn *c)
+{
+    if (c->sec && fb_sec_needs_key(c))
+        return POLLIN;
+    return fb_conn_pending(c) ? POLLOUT : 0;
+}
+
+int fb_conn_pending(const struct fb_conn *c)
+{
+    return c->out_off < c->out.len || (c->sec && fb_sec_unsent(c));
+}
+
 int fb_conn_flush_wait(struct fb_conn *c, uint64_t deadline_ms)
 {
     for (;;) {
         int rc = fb_conn_flush(c);
         if (rc != 1)
             return rc;
-        rc = wait_fd(c, POLLOUT, deadline_ms);
+        rc = wait_fd(c, fb_conn_wait_events(c), deadline_ms);
         if (rc)
             return rc;
     }
@@ -178,4 +209,87 @@ int fb_conn_recv_wait(struct fb_conn *c, struct fb_wire_hdr *h,
         if (rc)
             return rc;
     }
+}
+
+/* ---- raw byte streams ---------------------------------------------------- */
+
+ssize_t fb_conn_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt)
+{
+    if (c->sec)
+        return fb_sec_sendv(c, iov, iovcnt);
+    struct msghdr mh = {.msg_iov = (struct iovec *)iov,
+                        .msg_iovlen = (size_t)iovcnt};
+    return sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+size_t fb_conn_buffered(const struct fb_conn *c)
+{
+    return c->in.len - c->in_off;
+}
+
+ssize_t fb_conn_recv_bytes(struct fb_conn *c, void *dst, size_t n)
+{
+    for (;;) {
+        size_t have = c->in.len - c->in_off;
+        if (have > 0) {
+            size_t k = have < n ? have : n;
+            memcpy(dst, c->in.data + c->in_off, k);
+            c->in_off += k;
+            if (c->in_off == c->in.len)
+                c->in.len = c->in_off = 0;
+            return (ssize_t)k;
+        }
+        if (!c->sec)
+            return recv(c->fd, dst, n, MSG_DONTWAIT);
+        int rc = fb_conn_read(c);
+        if (c->in.len > c->in_off)
+            continue;
+        switch (rc) {
+        case 0:
+            errno = EAGAIN;
+            return -1;
+        case FIBER_ECLOSED:
+            return 0;
+        case FIBER_EPROTO:
+            errno = EBADMSG;
+            return -1;
+        case FIBER_ENOMEM:
+            errno = ENOMEM;
+            return -1;
+        default:
+            return -1; /* FIBER_ESYS: recv's errno */
+        }
+    }
+}
+
+/* ---- the fatal-signal path ----------------------------------------------- */
+
+/* write() until done, waiting on poll() when the socket is full; both are
+ * async-signal-safe. */
+static void write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            if (poll(&pf, 1, 1000) <= 0)
+                return;
+        } else {
+            return;
+        }
+    }
+}
+
+void fb_conn_write_now(struct fb_conn *c, uint8_t *data, size_t len)
+{
+    if (c->sec) {
+        fb_sec_write_now(c, data, len, write_all);
+        return;
+    }
+    write_all(c->fd, c->out.data + c->out_off, c->out.len - c->out_off);
+    c->out_off = c->out.len;
+    write_all(c->fd, data, len);
 }

@@ -7,12 +7,19 @@
  * A fb_conn is one framed stream: bytes in are buffered until a whole frame
  * (wire.h) is there; frames out are buffered and written with as few
  * system calls as possible.  A conn does no locking: one thread at a time.
+ *
+ * A conn over TCP may be encrypted (fb_conn_secure, secure.c): the peers
+ * exchange ephemeral keys, mix in the run's token, and from then on every
+ * byte travels in authenticated records.  Callers see no difference: `in`
+ * holds decrypted bytes and `out` the plaintext frames still to send.
  */
 #ifndef FB_NET_H
 #define FB_NET_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "fiber/fiber.h"
 #include "wire/wire.h"
@@ -32,6 +39,8 @@ int fb_sock_dial(const char *addr, uint64_t deadline_ms, int *fd);
  * FIBER_ESYS. */
 int fb_sock_accept(int listen_fd, int *fd);
 
+struct fb_secure; /* secure.c: the encryption state of one connection */
+
 struct fb_conn {
     int fd;
     uint32_t max_payload; /* frames claiming more are a protocol error */
@@ -39,6 +48,9 @@ struct fb_conn {
     size_t in_off;
     fiber_buf out;        /* frames to send; [out_off, out.len) unsent */
     size_t out_off;
+    struct fb_secure *sec; /* NULL: plaintext.  Owned; a struct copy of
+                              the conn moves it (the old copy is dropped,
+                              not closed) */
     char err[256];        /* why the last call failed */
 };
 
@@ -49,20 +61,37 @@ void fb_conn_init(struct fb_conn *c, int fd, uint32_t max_payload);
 void fb_conn_close(struct fb_conn *c);
 
 /* Reads whatever the socket has without blocking.  Returns 0 (possibly
- * having read nothing), FIBER_ECLOSED at end of stream, or FIBER_ESYS. */
+ * having read nothing), FIBER_ECLOSED at end of stream, FIBER_ESYS, or,
+ * on an encrypted conn, FIBER_EPROTO (a record failed to authenticate, or
+ * the handshake was wrong; c->err says which) or FIBER_ENOMEM.  Frames
+ * that arrived whole before the failure stay available to fb_conn_next. */
 int fb_conn_read(struct fb_conn *c);
 
 /* Takes the next complete frame from the input buffer.  Returns 1 with *h
  * and *payload (a view valid until the next read or next call), 0 when no
  * whole frame is buffered yet, or FIBER_EPROTO (c->err says why; the
  * stream cannot be trusted any further).  The payload is checked with
- * fb_wire_check_payload before it is returned. */
+ * fb_wire_check_payload before it is returned.  On an encrypted conn
+ * whose stream failed (fb_conn_read), FIBER_EPROTO once the frames that
+ * arrived before the failure have been taken. */
 int fb_conn_next(struct fb_conn *c, struct fb_wire_hdr *h,
                  const uint8_t **payload);
 
 /* Writes buffered output without blocking.  Returns 0 when all is sent, 1
- * when some remains (wait for POLLOUT), FIBER_ECLOSED or FIBER_ESYS. */
+ * when some remains (wait for fb_conn_wait_events: POLLOUT, or POLLIN on
+ * an encrypted conn still waiting for the peer's key), FIBER_ECLOSED,
+ * FIBER_ESYS, or on an encrypted conn FIBER_EPROTO / FIBER_ENOMEM. */
 int fb_conn_flush(struct fb_conn *c);
+
+/* What a caller holding unsent output must wait for before it calls
+ * fb_conn_flush again: POLLOUT, or POLLIN when an encrypted conn cannot
+ * seal anything before the peer's handshake arrives; 0 when nothing is
+ * left to send. */
+short fb_conn_wait_events(const struct fb_conn *c);
+
+/* 1 while output is queued and not yet written (frames in `out`, or
+ * records an encrypted conn has sealed but not sent). */
+int fb_conn_pending(const struct fb_conn *c);
 
 /* Writes all buffered output, waiting up to deadline_ms.  Returns 0,
  * FIBER_ETIMEDOUT, FIBER_ECLOSED or FIBER_ESYS. */
@@ -73,5 +102,58 @@ int fb_conn_flush_wait(struct fb_conn *c, uint64_t deadline_ms);
  * FIBER_EPROTO or FIBER_ESYS. */
 int fb_conn_recv_wait(struct fb_conn *c, struct fb_wire_hdr *h,
                       const uint8_t **payload, uint64_t deadline_ms);
+
+/* ---- raw byte streams (the ring's data links) ---------------------------- *
+ * A conn whose handshake frames are done may carry a byte stream of the
+ * caller's own framing instead of frames.  These behave as sendmsg and recv
+ * with MSG_DONTWAIT do, and encrypt when the conn does. */
+
+/* Sends bytes from iov without blocking.  Returns how many were taken
+ * (> 0), or -1 with errno (EAGAIN: the socket is full; EPIPE or
+ * ECONNRESET: the peer is gone; EPROTO: the encrypted stream failed).
+ * Encrypted bytes that were taken may still be queued: call fb_conn_flush
+ * (or this again) until fb_conn_pending is 0. */
+ssize_t fb_conn_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt);
+
+/* Receives up to n bytes without blocking, from what is buffered first.
+ * Returns how many (> 0), 0 at end of stream, or -1 with errno (EAGAIN:
+ * nothing yet; EBADMSG: the encrypted stream failed to authenticate, and
+ * c->err says why). */
+ssize_t fb_conn_recv_bytes(struct fb_conn *c, void *dst, size_t n);
+
+/* Bytes received and decrypted but not yet taken: while nonzero, a reader
+ * must not wait for the socket. */
+size_t fb_conn_buffered(const struct fb_conn *c);
+
+/* For a fatal-signal handler: writes the conn's queued output, then
+ * data[0, len) (whole frames), with write() and poll() only, never
+ * allocating; waits at most a second whenever the socket is full.  On an
+ * encrypted conn data is encrypted in place (it is overwritten). */
+void fb_conn_write_now(struct fb_conn *c, uint8_t *data, size_t len);
+
+/* ---- encryption (secure.c) ----------------------------------------------- */
+
+#define FB_SEC_PSK_LEN 32u
+#define FB_SEC_CLIENT 0 /* the end that dialed */
+#define FB_SEC_SERVER 1 /* the end that accepted */
+
+/* Encrypts and authenticates c from now on.  Call it right after dial or
+ * accept, before anything is sent or read.  It queues this end's
+ * handshake (a fresh X25519 public key) and sends it if the socket takes
+ * it; the peer's arrives through fb_conn_read or fb_conn_flush.  psk is
+ * the run's token: a peer without it can neither read nor forge a record.
+ * role: FB_SEC_CLIENT or FB_SEC_SERVER.  Returns 0, or FIBER_ESTATE (c
+ * already encrypted or already used) or FIBER_ENOMEM with a message. */
+int fb_conn_secure(struct fb_conn *c, int role, const uint8_t *psk);
+
+/* 1 if a connection to or from addr must be encrypted: addr is "tcp:..."
+ * and the configuration's `encryption` is on.  Unix sockets never are. */
+int fb_net_encrypts(const char *addr);
+
+/* fb_conn_secure(c, role, psk) when fb_net_encrypts(addr), else nothing:
+ * the one line every dial and accept site calls.  addr is the address
+ * dialed, or the listener's own address for an accepted conn. */
+int fb_conn_secure_for(struct fb_conn *c, const char *addr, int role,
+                       const uint8_t *psk);
 
 #endif /* FB_NET_H */

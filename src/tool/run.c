@@ -21,15 +21,20 @@ static const char run_help[] =
     "  docker  PROGRAM runs in a container of the image (host networking,\n"
     "          the daemon's socket mounted, so its jobs become sibling\n"
     "          containers); its output is followed here.\n"
+    "  kubernetes  PROGRAM runs in pod <run>-master of the image (which\n"
+    "          the cluster pulls: --image or the image key), with its\n"
+    "          service account; its jobs' pods are owned by it.\n"
     "Without --detach, fiber run waits and exits with PROGRAM's status.\n"
     "\n"
     "options:\n"
-    "  -b, --backend B      local or docker (default: the backend key)\n"
+    "  -b, --backend B      local, docker or kubernetes (default: the\n"
+    "                       backend key)\n"
     "  -i, --image I        docker: the image (default: PROGRAM's default\n"
-    "                       tag, built with fiber image build if missing)\n"
-    "      --cpu N          docker: CPUs for the master\n"
-    "      --memory MB      docker: memory limit of the master, in MiB\n"
-    "      --gpu N          docker: GPUs for the master\n"
+    "                       tag, built with fiber image build if missing);\n"
+    "                       kubernetes: the image (default: the image key)\n"
+    "      --cpu N          docker, kubernetes: CPUs for the master\n"
+    "      --memory MB      docker, kubernetes: memory limit, in MiB\n"
+    "      --gpu N          docker, kubernetes: GPUs for the master\n"
     "  -e, --env NAME=VALUE add to the master's environment (repeatable)\n"
     "  -d, --detach         start, print the run's name, and return; a local\n"
     "                       master's output goes to its log (fiber logs RUN)\n"
@@ -94,9 +99,11 @@ static int parse(int argc, char **argv, struct run_args *a)
             fputs(run_help, stdout);
             return TOOL_OK;
         case 'b':
-            if (strcmp(optarg, "local") && strcmp(optarg, "docker"))
+            if (strcmp(optarg, "local") && strcmp(optarg, "docker") &&
+                strcmp(optarg, "kubernetes"))
                 return tool_usage("run", "backend '%s': fiber run starts "
-                                         "runs on local or docker",
+                                         "runs on local, docker or "
+                                         "kubernetes",
                                   optarg);
             snprintf(a->backend, sizeof a->backend, "%s", optarg);
             a->opts.backend = a->backend;
@@ -207,6 +214,7 @@ int cmd_run(int argc, char **argv)
         return tool_fail(rc, "run");
     }
     int docker = strcmp(backend, "docker") == 0;
+    int k8s = strcmp(backend, "kubernetes") == 0;
     char tag[320];
     if (docker && !a.opts.image) {
         if ((rc = ensure_image(argv[optind], tag, sizeof tag)) != TOOL_OK) {
@@ -227,6 +235,9 @@ int cmd_run(int argc, char **argv)
             tool_say("run %s: master in container %.12s; fiber logs %s "
                      "shows its output",
                      name, fiber_run_container(run), name);
+        else if (k8s)
+            tool_say("run %s: master in pod %s", name,
+                     fiber_run_container(run));
         else
             tool_say("run %s: master pid %ld; fiber logs %s shows its "
                      "output",
@@ -235,7 +246,17 @@ int cmd_run(int argc, char **argv)
         return TOOL_OK;
     }
     int code = 0;
-    if (docker) {
+    if (k8s) {
+        tool_say("run %s: master in pod %s", name, fiber_run_container(run));
+        fflush(stdout);
+        /* A cluster whose nodes do not serve logs still runs the master:
+         * say so and wait for it. */
+        rc = fiber_run_follow(run, STDOUT_FILENO, STDERR_FILENO);
+        if (rc)
+            tool_say("run %s: cannot follow the master's output: %s", name,
+                     fiber_last_error());
+        rc = fiber_run_wait(run, -1, &code);
+    } else if (docker) {
         tool_say("run %s: master in container %.12s (^C stops following; "
                  "fiber kill %s stops the run)",
                  name, fiber_run_container(run), name);
@@ -249,7 +270,8 @@ int cmd_run(int argc, char **argv)
         rc = fiber_run_wait(run, -1, &code);
     }
     int status = rc ? tool_fail(rc, "run")
-                    : exit_status_of(name, argv[optind], code, docker);
+                    : exit_status_of(name, argv[optind], code,
+                                     docker || k8s);
     fiber_run_free(run);
     return status;
 }

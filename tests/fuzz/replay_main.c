@@ -6,10 +6,13 @@
  * ever found are re-checked on each run.
  *
  *   fuzz_wire_replay DIR|FILE...
+ *   fuzz_pool_replay --seeds DIR    (targets with a seed generator)
  *
  * Exits 0 after running at least one file; 1 when a path is missing or
  * unreadable or when there was nothing to run.  A failing input aborts,
- * as it would under libFuzzer.
+ * as it would under libFuzzer.  --seeds writes the target's seed corpus
+ * into DIR (fuzz_write_seeds(), defined by the targets whose inputs are
+ * scripts of commands rather than wire bytes).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+__attribute__((weak)) void fuzz_write_seeds(const char *dir);
 
 /* Reads the whole file into an allocation of exactly its size (at least
  * one byte), so that a sanitizer catches any read past the input. */
@@ -77,6 +81,15 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: %s DIR|FILE...\n", argv[0]);
         return 1;
+    }
+    if (strcmp(argv[1], "--seeds") == 0) {
+        if (argc != 3 || !fuzz_write_seeds) {
+            fprintf(stderr, "replay: --seeds DIR, for a target with a seed "
+                            "generator\n");
+            return 1;
+        }
+        fuzz_write_seeds(argv[2]);
+        return 0;
     }
     for (int i = 1; i < argc; i++) {
         struct stat st;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/objsrv.h"
 #include "core/common.h"
 #include "core/runtime.h"
 #include "harness.h"
@@ -241,6 +242,95 @@ TEST(hundreds_of_hostile_peers_do_not_stop_real_children)
     for (int i = 0; i < N; i++)
         close(fds[i]);
     wait_dropped(N / 3);
+}
+
+/* 1 once the peer has closed fd (what it sent is read and discarded). */
+static int peer_closed(int fd)
+{
+    for (;;) {
+        char buf[256];
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0)
+            continue;
+        return n == 0 || (errno != EAGAIN && errno != EINTR);
+    }
+}
+
+/* Opens n silent connections to addr and waits until all but `keep` of
+ * them are closed by the server (5 s at most); returns how many are. */
+static int flood_silently(const char *addr, int *fds, int n, int keep)
+{
+    for (int i = 0; i < n; i++)
+        CHECK_OK(fb_sock_dial(addr, fb_deadline_ms(5000), &fds[i]));
+    int closed = 0;
+    uint64_t deadline = fb_deadline_ms(5000);
+    while (fb_ms_left(deadline) > 0) {
+        closed = 0;
+        for (int i = 0; i < n; i++)
+            closed += peer_closed(fds[i]);
+        if (closed >= n - keep)
+            break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    return closed;
+}
+
+TEST(strangers_over_max_pending_connections_make_room)
+{
+    enum { N = 40, MAX = 8 };
+    CHECK_OK(fiber_config_set("max_pending_connections", "8"));
+    int fds[N];
+    int closed = flood_silently(fb_rt_address(), fds, N, MAX);
+    CHECK_EQ(closed, N - MAX); /* the oldest went; MAX still wait */
+    CHECK(fb_rt_refused_peers() >= N - MAX);
+    /* A child connecting now makes room for itself too. */
+    check_real_child_works(16);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+}
+
+FIBER_TASK(put_one)
+{
+    (void)out;
+    fiber_queue *q;
+    int rc = fiber_queue_open(&q, arg, len);
+    if (rc == 0)
+        rc = fiber_queue_put(q, "x", 1, 5000);
+    fiber_queue_free(q);
+    return rc ? 1 : 0;
+}
+
+TEST(object_server_keeps_at_most_max_pending_strangers)
+{
+    enum { N = 40, MAX = 8 };
+    CHECK_OK(fiber_config_set("max_pending_connections", "8"));
+    fiber_queue *q;
+    CHECK_OK(fiber_queue_create(&q, 0));
+    struct fb_objsrv *s;
+    CHECK_OK(fb_master_objsrv(&s));
+    int fds[N];
+    int closed = flood_silently(fb_objsrv_address(s), fds, N, MAX);
+    CHECK_EQ(closed, N - MAX);
+    CHECK(fb_objsrv_dropped(s) >= N - MAX);
+    /* A child's client still gets in. */
+    fiber_buf ser = {0};
+    CHECK_OK(fiber_queue_serialize(q, &ser));
+    fiber_process *p;
+    CHECK_OK(fiber_process_start(&p, "put_one", ser.data, ser.len, NULL));
+    CHECK_OK(fiber_process_join(p, 20000));
+    int code;
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    CHECK_EQ(code, 0);
+    fiber_buf item = {0};
+    CHECK_OK(fiber_queue_get(q, &item, 5000));
+    CHECK_EQ(item.len, 1);
+    fiber_buf_free(&item);
+    fiber_buf_free(&ser);
+    fiber_process_free(p);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    fiber_queue_free(q);
 }
 
 /* A job that runs a different program (another test binary here) is told

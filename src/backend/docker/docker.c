@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/json_util.h"
 #include "backend/docker/http.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -94,26 +95,6 @@ struct docker_job {
 
 /* ---- small helpers --------------------------------------------------------- */
 
-/* Turns the engine's exit code into fiber's: docker-init exits with
- * 128 + n when the program was killed by signal n, which fiber reports as
- * -n, as the local backend does.  (A program that calls exit(128 + n)
- * itself reads the same; fiber's children report their task's code over
- * the connection, which takes precedence.) */
-static int exit_status_of(long code)
-{
-    if (code > 128 && code < 128 + 65)
-        return -(int)(code - 128);
-    if (code < 0 || code > 255)
-        return 255;
-    return (int)code;
-}
-
-static void job_exited(struct fb_job *job, int status)
-{
-    job->state = FB_JOB_EXITED;
-    job->exit_status = status;
-}
-
 /* Parses "1.41" into its minor number (the major must be 1); -1 if not. */
 static int api_minor_of(const char *version)
 {
@@ -123,19 +104,6 @@ static int api_minor_of(const char *version)
         return -1;
     long minor = strtol(end + 1, &end, 10);
     return *end == '\0' && minor >= 0 && minor < 1000 ? (int)minor : -1;
-}
-
-/* Appends v to o under k, or notes the failure (out of memory) in *bad. */
-static void put(json_t *o, const char *k, json_t *v, int *bad)
-{
-    if (!v || json_object_set_new(o, k, v) != 0)
-        *bad = 1;
-}
-
-static void push(json_t *a, json_t *v, int *bad)
-{
-    if (!v || json_array_append_new(a, v) != 0)
-        *bad = 1;
 }
 
 /* Makes path and its missing parents (mode 0700).  Returns 0 or -1. */
@@ -391,18 +359,18 @@ static json_t *binds(const struct fb_config *cfg,
     int bad = !b;
     char bind[2 * PATH_MAX + 8];
     snprintf(bind, sizeof bind, "%s:%s", spec->run_dir, spec->run_dir);
-    push(b, json_string(bind), &bad);
+    fb_json_push(b, json_string(bind), &bad);
     if (spec->log_dir && spec->log_dir[0] &&
         !inside(spec->log_dir, spec->run_dir)) {
         snprintf(bind, sizeof bind, "%s:%s", spec->log_dir, spec->log_dir);
-        push(b, json_string(bind), &bad);
+        fb_json_push(b, json_string(bind), &bad);
     }
     snprintf(bind, sizeof bind, "%s:%s:ro", secret_path, secret_path);
-    push(b, json_string(bind), &bad);
+    fb_json_push(b, json_string(bind), &bad);
     for (const char *p = cfg->docker_mounts; *p;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        push(b, json_stringn(p, n), &bad);
+        fb_json_push(b, json_stringn(p, n), &bad);
         p += n + (comma ? 1 : 0);
     }
     if (bad) {
@@ -419,26 +387,26 @@ static json_t *host_config(const struct fb_config *cfg,
     const fiber_job_opts *o = spec->opts;
     json_t *h = json_object();
     int bad = !h;
-    put(h, "NetworkMode", json_string(cfg->docker_network), &bad);
-    put(h, "AutoRemove", json_true(), &bad);
-    put(h, "Init", json_true(), &bad);
-    put(h, "Binds", binds(cfg, spec, secret_path), &bad);
+    fb_json_put(h, "NetworkMode", json_string(cfg->docker_network), &bad);
+    fb_json_put(h, "AutoRemove", json_true(), &bad);
+    fb_json_put(h, "Init", json_true(), &bad);
+    fb_json_put(h, "Binds", binds(cfg, spec, secret_path), &bad);
     if (o && o->cpu > 0)
-        put(h, "NanoCpus", json_integer((json_int_t)o->cpu * 1000000000),
+        fb_json_put(h, "NanoCpus", json_integer((json_int_t)o->cpu * 1000000000),
             &bad);
     if (o && o->memory_mb > 0)
-        put(h, "Memory", json_integer((json_int_t)o->memory_mb << 20), &bad);
+        fb_json_put(h, "Memory", json_integer((json_int_t)o->memory_mb << 20), &bad);
     if (o && o->gpu > 0) {
         json_t *req = json_object(), *caps = json_array(), *gpu = json_array();
         json_t *reqs = json_array();
         bad |= !req || !caps || !gpu || !reqs;
-        push(gpu, json_string("gpu"), &bad);
-        push(caps, gpu, &bad);
-        put(req, "Driver", json_string("nvidia"), &bad);
-        put(req, "Count", json_integer(o->gpu), &bad);
-        put(req, "Capabilities", caps, &bad);
-        push(reqs, req, &bad);
-        put(h, "DeviceRequests", reqs, &bad);
+        fb_json_push(gpu, json_string("gpu"), &bad);
+        fb_json_push(caps, gpu, &bad);
+        fb_json_put(req, "Driver", json_string("nvidia"), &bad);
+        fb_json_put(req, "Count", json_integer(o->gpu), &bad);
+        fb_json_put(req, "Capabilities", caps, &bad);
+        fb_json_push(reqs, req, &bad);
+        fb_json_put(h, "DeviceRequests", reqs, &bad);
     }
     if (bad) {
         json_decref(h);
@@ -457,31 +425,31 @@ static json_t *container_config(const struct fb_config *cfg,
     json_t *env = json_array(), *labels = json_object();
     int bad = !c || !entry || !cmd || !env || !labels;
     char text[PATH_MAX + 64];
-    put(c, "Image", json_string(image), &bad);
+    fb_json_put(c, "Image", json_string(image), &bad);
     /* The program is the entrypoint, so that an image's own Entrypoint or
      * Cmd can never run instead of it or in front of it. */
-    push(entry, json_string(program), &bad);
-    put(c, "Entrypoint", entry, &bad);
+    fb_json_push(entry, json_string(program), &bad);
+    fb_json_put(c, "Entrypoint", entry, &bad);
     for (size_t i = 1; spec->argv[0] && spec->argv[i]; i++)
-        push(cmd, json_string(spec->argv[i]), &bad);
-    put(c, "Cmd", cmd, &bad);
+        fb_json_push(cmd, json_string(spec->argv[i]), &bad);
+    fb_json_put(c, "Cmd", cmd, &bad);
     for (size_t i = 0; spec->env && spec->env[i]; i++)
-        push(env, json_string(spec->env[i]), &bad);
+        fb_json_push(env, json_string(spec->env[i]), &bad);
     snprintf(text, sizeof text, SECRET_VAR "=%s", secret_path);
-    push(env, json_string(text), &bad);
-    put(c, "Env", env, &bad);
-    put(labels, "fiber.run", json_string(fiber_run_id()), &bad);
+    fb_json_push(env, json_string(text), &bad);
+    fb_json_put(c, "Env", env, &bad);
+    fb_json_put(labels, "fiber.run", json_string(fiber_run_id()), &bad);
     snprintf(text, sizeof text, "%llu", (unsigned long long)spec->job_id);
-    put(labels, "fiber.job", json_string(text), &bad);
-    put(labels, "fiber.name", json_string(spec->name), &bad);
-    put(labels, "fiber.role", json_string("job"), &bad);
-    put(c, "Labels", labels, &bad);
+    fb_json_put(labels, "fiber.job", json_string(text), &bad);
+    fb_json_put(labels, "fiber.name", json_string(spec->name), &bad);
+    fb_json_put(labels, "fiber.role", json_string("job"), &bad);
+    fb_json_put(c, "Labels", labels, &bad);
     snprintf(text, sizeof text, "%u:%u", (unsigned)geteuid(),
              (unsigned)getegid());
-    put(c, "User", json_string(text), &bad);
+    fb_json_put(c, "User", json_string(text), &bad);
     if (spec->opts && spec->opts->workdir)
-        put(c, "WorkingDir", json_string(spec->opts->workdir), &bad);
-    put(c, "HostConfig", host_config(cfg, spec, secret_path), &bad);
+        fb_json_put(c, "WorkingDir", json_string(spec->opts->workdir), &bad);
+    fb_json_put(c, "HostConfig", host_config(cfg, spec, secret_path), &bad);
     if (bad) {
         json_decref(c);
         return NULL;
@@ -757,11 +725,11 @@ static int inspect(struct docker_state *ds, struct fb_job *job)
     json_int_t code = json_integer_value(json_object_get(state, "ExitCode"));
     if (status == 404) {
         /* Ended and removed before anyone saw its exit code. */
-        job_exited(job, 255);
+        fb_job_exited(job, 255);
     } else if (status == 200 && s &&
                (strcmp(s, "exited") == 0 || strcmp(s, "dead") == 0 ||
                 strcmp(s, "removing") == 0)) {
-        job_exited(job, exit_status_of((long)code));
+        fb_job_exited(job, fb_exit_status_of_code((long)code));
     } else if (status != 200) {
         const char *msg = json_string_value(json_object_get(reply, "message"));
         rc = fb_err(FIBER_EBACKEND,
@@ -782,7 +750,7 @@ static int wait_result(const struct fb_http_async *w, int *status)
     json_t *code = json_object_get(j, "StatusCode");
     int ok = json_is_integer(code);
     if (ok)
-        *status = exit_status_of((long)json_integer_value(code));
+        *status = fb_exit_status_of_code((long)json_integer_value(code));
     json_decref(j);
     return ok ? 0 : -1;
 }
@@ -800,7 +768,7 @@ static int docker_poll_job(struct fb_backend *be, struct fb_job *job)
         return 0;
     int status;
     if (wait_result(&dj->wait, &status) == 0) {
-        job_exited(job, status);
+        fb_job_exited(job, status);
         return 0;
     }
     if (now < dj->next_inspect_ms)
@@ -893,7 +861,7 @@ static void docker_release_job(struct fb_backend *be, struct fb_job *job)
          * is what SIGKILL gives. */
         fb_http_async_wait(&ds->http, &dj->wait, RELEASE_WAIT_MS);
         int status;
-        job_exited(job, wait_result(&dj->wait, &status) == 0 ? status
+        fb_job_exited(job, wait_result(&dj->wait, &status) == 0 ? status
                                                                : -SIGKILL);
     }
     fb_http_async_free(&ds->http, &dj->wait);

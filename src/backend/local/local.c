@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -125,8 +126,29 @@ static int setup_attr(posix_spawnattr_t *attr)
     return 0;
 }
 
+/* The file to execute.  "/proc/self/exe" is this very program, even if its
+ * file was replaced since it started.  Under valgrind, though, it is
+ * valgrind's tool, which cannot be run directly: there the path that
+ * valgrind's (virtualised) readlink gives is used, so that a child is this
+ * program again (checked by valgrind too with --trace-children=yes, as
+ * `make valgrind` runs it).  Valgrind is known by its preloaded library. */
+static const char *program_file(const char *program, char *buf, size_t size)
+{
+    const char *preload = getenv("LD_PRELOAD");
+    if (strcmp(program, "/proc/self/exe") != 0 || !preload ||
+        !strstr(preload, "/vgpreload_"))
+        return program;
+    ssize_t n = readlink(program, buf, size - 1);
+    if (n <= 0)
+        return program;
+    buf[n] = '\0';
+    return buf;
+}
+
 static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
 {
+    char exe[PATH_MAX];
+    const char *program = program_file(spec->program, exe, sizeof exe);
     char secret_var[] = "FIBER_BOOT_SECRET_FD=3";
     char **env = build_env(spec->env, secret_var);
     if (!env)
@@ -140,7 +162,7 @@ static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
         setup_attr(&attr) != 0) {
         rc = fb_err(FIBER_ENOMEM, "cannot prepare posix_spawn");
     } else {
-        int err = posix_spawn(pid, spec->program, &fa, &attr, spec->argv, env);
+        int err = posix_spawn(pid, program, &fa, &attr, spec->argv, env);
         const char *wd = spec->opts ? spec->opts->workdir : NULL;
         if (err != 0 && wd && access(wd, X_OK) != 0) {
             /* The chdir failed in the child, not the exec. */

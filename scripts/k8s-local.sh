@@ -1,0 +1,539 @@
+#!/usr/bin/env bash
+# k8s-local.sh -- a throwaway Kubernetes control plane (etcd + kube-apiserver
+# only) on this single host, for fiber's Kubernetes backend tests.
+#
+# Usage:
+#   scripts/k8s-local.sh build          build/cache kube-apiserver (no-op if cached)
+#   scripts/k8s-local.sh start          start etcd + kube-apiserver (idempotent;
+#                                       builds first if the binary is missing)
+#   scripts/k8s-local.sh stop [--purge] stop both (exit 0 if not running);
+#                                       --purge also deletes the state dir
+#   scripts/k8s-local.sh status         exit 0 if /readyz answers "ok", else 1
+#   scripts/k8s-local.sh env            print `export ...` lines; use as:
+#                                       eval "$(scripts/k8s-local.sh env)"
+#                                       (the FIBER_K8S_* ones are fiber's own
+#                                       config keys: a fiber program run after
+#                                       that talks to this cluster)
+#
+# Inputs (environment, all optional):
+#   K8S_LOCAL_DIR        state dir (certs, tokens, etcd data, logs, pid files);
+#                        default /tmp/fiber-k8s
+#   K8S_LOCAL_CACHE      build cache, outside the repository;
+#                        default /var/cache/fiber-k8s (binary: $CACHE/bin/kube-apiserver)
+#   K8S_LOCAL_PORT       kube-apiserver secure port; default 16443
+#   K8S_LOCAL_ETCD_PORT  etcd client port (peer port = this + 1); default 12379
+#
+# `env` prints:
+#   FIBER_K8S_SERVER            https://127.0.0.1:16443
+#   FIBER_K8S_CA_FILE           $DIR/ca.crt (self-signed CA that signed the serving cert)
+#   FIBER_K8S_TOKEN_FILE        $DIR/fiber-test.token (bearer token of user "fiber", 0600)
+#   K8S_LOCAL_ADMIN_TOKEN_FILE  $DIR/admin.token (user "admin", group system:masters, 0600)
+#   FIBER_K8S_NAMESPACE         fiber-test
+#
+# What `start` sets up:
+#   * openssl: CA ($DIR/ca.crt/.key), serving cert for IP 127.0.0.1,
+#     DNS localhost/kubernetes/kubernetes.default[.svc] ($DIR/apiserver.crt/.key),
+#     service-account key pair ($DIR/sa.key/sa.pub).
+#   * static token file $DIR/tokens.csv (--token-auth-file): admin token
+#     (user admin, group system:masters) and fiber token (user fiber, no groups).
+#     Tokens are random and kept across restarts (regenerated only by --purge).
+#   * etcd (Debian package etcd-server) on 127.0.0.1:12379 (peer 12380),
+#     data in $DIR/etcd.
+#   * kube-apiserver on 127.0.0.1:16443 (insecure port disabled), RBAC+Node
+#     authorization. Admission: defaults minus ServiceAccount (it would require
+#     a token controller, i.e. kube-controller-manager, which we do not run)
+#     and StorageObjectInUseProtection (its PVC finalizer would never be
+#     removed without the controller-manager, so PVC deletes would hang).
+#   * via curl + admin token: namespaces fiber-test and fiber-forbidden, Role
+#     "fiber-test" + RoleBinding in fiber-test granting user "fiber" full
+#     access to pods, pods/log, pods/status, secrets, persistentvolumeclaims,
+#     events (core and events.k8s.io). "fiber" has no rights elsewhere
+#     (fiber-forbidden gives 403).
+#   Logs: $DIR/logs/{etcd,kube-apiserver}.log; pids: $DIR/run/*.pid.
+#
+# Caveats of a control plane without kubelet / controller-manager / scheduler:
+#   * pods stay Pending (no nodeName) until someone POSTs pods/NAME/binding
+#     and PATCHes pods/NAME/status (as admin: that is the test "node agent");
+#   * DELETE of a pod with gracePeriodSeconds>0 only sets deletionTimestamp
+#     and deletionGracePeriodSeconds (watchers see MODIFIED) if the pod is
+#     bound (spec.nodeName set) and not in phase Succeeded/Failed; it then stays
+#     forever, also after the grace period, until something DELETEs it with
+#     gracePeriodSeconds=0 (watchers then see DELETED). Unbound pods and pods
+#     in a terminal phase are removed at once whatever the grace period;
+#   * pods/log has no kubelet to ask: 404 ("pods \"n1\" not found", n1 = node);
+#   * deleting a namespace leaves it Terminating forever (no namespace
+#     controller): tests should delete their objects, not the namespace.
+#   Node-agent calls that work (admin token):
+#     POST  .../pods/NAME/binding  Content-Type: application/json
+#           {"apiVersion":"v1","kind":"Binding","metadata":{"name":"NAME"},
+#            "target":{"apiVersion":"v1","kind":"Node","name":"n1"}}
+#     PATCH .../pods/NAME/status   Content-Type: application/merge-patch+json
+#           (or strategic-merge-patch+json) {"status":{"phase":"Running",...}}
+#
+# How the binary is built (`build`; ~5 min on 2 cores, done once):
+#   1. A deb-src entry for bookworm main is added if none exists
+#      (/etc/apt/sources.list.d/fiber-deb-src.sources, deb822, reusing the
+#      mirror URI and Signed-By of the existing bookworm "deb" entry: a one-line
+#      deb-src without the same Signed-By makes apt fail with
+#      "Conflicting values set for option Signed-By").
+#   2. apt-get install golang-go rsync jq dpkg-dev golang-github-modern-go-reflect2-dev;
+#      `apt-get source kubernetes` (1.20.5+really1.20.2) into $CACHE/src.
+#   3. vendor/github.com/modern-go/reflect2 (1.0.1) is replaced with Debian's
+#      1.0.2 (/usr/share/gocode/src/github.com/modern-go/reflect2): 1.0.1
+#      crashes under Go >= 1.18 ("fatal error: fault" when encoding a pod).
+#   4. `CGO_ENABLED=0 make WHAT=cmd/kube-apiserver` as in debian/rules. The
+#      Kubernetes 1.20 make wrapper builds in GOPATH mode (GO111MODULE=off,
+#      GOPATH=_output/local/go), so the vendor tree is used and no network is
+#      needed; GOFLAGS is cleared (-mod=vendor would be rejected in GOPATH
+#      mode) and GOPROXY=off for good measure. Version info comes from the
+#      tarball's archive stamp (v1.20.2).
+#   5. The result is copied to $CACHE/bin/kube-apiserver; the source tree and
+#      _output are then deleted (a rebuild starts from `apt-get source`).
+set -eu
+
+DIR=${K8S_LOCAL_DIR:-/tmp/fiber-k8s}
+CACHE=${K8S_LOCAL_CACHE:-/var/cache/fiber-k8s}
+PORT=${K8S_LOCAL_PORT:-16443}
+ETCD_PORT=${K8S_LOCAL_ETCD_PORT:-12379}
+ETCD_PEER_PORT=$((ETCD_PORT + 1))
+NAMESPACE=fiber-test
+FORBIDDEN_NAMESPACE=fiber-forbidden
+APISERVER_BIN=$CACHE/bin/kube-apiserver
+SERVER=https://127.0.0.1:$PORT
+READY_TIMEOUT=${K8S_LOCAL_READY_TIMEOUT:-60}
+
+log() { echo "k8s-local: $*" >&2; }
+die() { echo "k8s-local: ERROR: $*" >&2; exit 1; }
+
+need_root() {
+    [ "$(id -u)" = 0 ] || die "$1 needs root (apt-get); run as root or use a prebuilt $APISERVER_BIN"
+}
+
+apt_install() {
+    # apt_install PKG...: install what is missing (non-interactive).
+    local missing=() p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    need_root "installing ${missing[*]}"
+    mkdir -p "$CACHE"
+    log "apt-get install ${missing[*]}"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >"$CACHE/apt-install.log" 2>&1; then
+        # Package lists may be missing or stale: update once and retry.
+        apt-get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >"$CACHE/apt-install.log" 2>&1 \
+            || { tail -n 20 "$CACHE/apt-install.log" >&2; die "apt-get install ${missing[*]} failed"; }
+    fi
+}
+
+# ---------------------------------------------------------------- build ----
+
+ensure_deb_src() {
+    local f=/etc/apt/sources.list.d/fiber-deb-src.sources
+    [ -e "$f" ] && return 0
+    # An existing deb-src for bookworm main (one-line or deb822) is enough.
+    if grep -hsE '^[[:space:]]*deb-src[[:space:]].*[[:space:]]bookworm[[:space:]].*main' \
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list | grep -q .; then
+        return 0
+    fi
+    local s
+    for s in /etc/apt/sources.list.d/*.sources; do
+        [ -e "$s" ] || continue
+        # paragraph-wise: Types containing deb-src and Suites containing bookworm
+        if awk -v RS= '/Types:[^\n]*deb-src/ && /Suites:[^\n]*bookworm([ \t\n]|$)/ && !/Enabled:[ \t]*no/ {f=1} END {exit !f}' "$s"; then
+            return 0
+        fi
+    done
+    # Find the mirror (and Signed-By) of the existing "deb ... bookworm" entry.
+    local uri="" signed=""
+    for s in /etc/apt/sources.list.d/*.sources; do
+        [ -e "$s" ] || continue
+        read -r uri signed < <(awk -v RS= '
+            /Types:[^\n]*deb/ && /Suites:[^\n]*bookworm([ \t\n]|$)/ {
+                u=""; k="";
+                n=split($0, L, "\n");
+                for (i=1;i<=n;i++) {
+                    if (L[i] ~ /^URIs:/)      { sub(/^URIs:[ \t]*/, "", L[i]); split(L[i], W, /[ \t]+/); u=W[1] }
+                    if (L[i] ~ /^Signed-By:/) { sub(/^Signed-By:[ \t]*/, "", L[i]); k=L[i] }
+                }
+                if (u != "") { print u, k; exit }
+            }' "$s") || true
+        [ -n "$uri" ] && break
+    done
+    if [ -z "$uri" ]; then
+        # one-line format: deb [opts] URI bookworm main ...
+        local line
+        line=$(grep -hsE '^[[:space:]]*deb[[:space:]].*[[:space:]]bookworm[[:space:]].*main' \
+            /etc/apt/sources.list /etc/apt/sources.list.d/*.list | head -n1) || true
+        if [ -n "$line" ]; then
+            signed=$(sed -nE 's/.*signed-by=([^] ]+).*/\1/p' <<<"$line")
+            uri=$(sed -E 's/^[[:space:]]*deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//' <<<"$line" | awk '{print $1}')
+        fi
+    fi
+    [ -n "$uri" ] || uri=http://deb.debian.org/debian
+    log "adding deb-src entry $f ($uri bookworm main)"
+    {
+        echo "# added by fiber scripts/k8s-local.sh (apt-get source kubernetes)"
+        echo "Types: deb-src"
+        echo "URIs: $uri"
+        echo "Suites: bookworm"
+        echo "Components: main"
+        [ -n "$signed" ] && echo "Signed-By: $signed"
+    } >"$f"
+}
+
+do_build() {
+    if [ -x "$APISERVER_BIN" ]; then
+        log "kube-apiserver already built: $APISERVER_BIN"
+        return 0
+    fi
+    need_root "building kube-apiserver"
+    mkdir -p "$CACHE/bin" "$CACHE/src"
+    command -v flock >/dev/null || die "flock (util-linux) not found"
+    # Serialize concurrent builds (e.g. two test runs calling start at once).
+    exec 9>"$CACHE/.build.lock"
+    flock 9
+    if [ -x "$APISERVER_BIN" ]; then
+        log "kube-apiserver built by a concurrent run: $APISERVER_BIN"
+        exec 9>&-
+        return 0
+    fi
+    local t0=$SECONDS
+    ensure_deb_src
+    log "apt-get update"
+    apt-get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
+    apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Version: .*1\.20\.' \
+        || die "no kubernetes 1.20 source package visible to apt (deb-src for bookworm main missing?)"
+    apt_install golang-go rsync jq dpkg-dev golang-github-modern-go-reflect2-dev
+    command -v go >/dev/null || die "go not found after installing golang-go"
+    local r2=/usr/share/gocode/src/github.com/modern-go/reflect2
+    [ -f "$r2/reflect2.go" ] || die "$r2 missing (package golang-github-modern-go-reflect2-dev)"
+
+    local src
+    rm -rf "${CACHE:?}/src"; mkdir -p "$CACHE/src"
+    log "apt-get source kubernetes -> $CACHE/src"
+    (cd "$CACHE/src" && apt-get -o APT::Sandbox::User=root source -q kubernetes) >"$CACHE/apt-source.log" 2>&1 \
+        || { tail -n 20 "$CACHE/apt-source.log" >&2; die "apt-get source kubernetes failed"; }
+    src=$(ls -d "$CACHE"/src/kubernetes-*/ 2>/dev/null | head -n1)
+    [ -n "$src" ] && [ -f "$src/Makefile" ] || die "unpacked kubernetes source not found under $CACHE/src"
+    src=${src%/}
+
+    log "replacing vendored modern-go/reflect2 1.0.1 with Debian's 1.0.2 (Go >= 1.18 fix)"
+    rm -rf "$src/vendor/github.com/modern-go/reflect2"
+    mkdir -p "$src/vendor/github.com/modern-go/reflect2"
+    cp -a "$r2/." "$src/vendor/github.com/modern-go/reflect2/"
+
+    log "building kube-apiserver with $(go version | awk '{print $3}') (several minutes; log: $CACHE/build.log)"
+    mkdir -p "$CACHE/home"
+    if ! (cd "$src" && env -u GOFLAGS -u GO111MODULE HOME="$CACHE/home" CGO_ENABLED=0 GOPROXY=off \
+            make WHAT=cmd/kube-apiserver) >"$CACHE/build.log" 2>&1; then
+        tail -n 40 "$CACHE/build.log" >&2
+        die "kube-apiserver build failed (full log: $CACHE/build.log)"
+    fi
+    local out=$src/_output/local/bin/linux/amd64/kube-apiserver
+    [ -x "$out" ] || out=$src/_output/bin/kube-apiserver
+    [ -x "$out" ] || die "build finished but no kube-apiserver binary in $src/_output"
+    "$out" --version >/dev/null 2>&1 || die "built $out does not run"
+    cp "$out" "$APISERVER_BIN.tmp"
+    mv -f "$APISERVER_BIN.tmp" "$APISERVER_BIN"
+    rm -rf "${CACHE:?}/src" "${CACHE:?}/home"   # ~2 GB of source + Go cache; the binary is all we need
+    log "built $("$APISERVER_BIN" --version) in $((SECONDS - t0)) s -> $APISERVER_BIN"
+    exec 9>&-
+}
+
+# --------------------------------------------------------------- helpers ---
+
+pidfile() { echo "$DIR/run/$1.pid"; }
+
+# our_pid NAME: print the pid of our running NAME (etcd|kube-apiserver), if any.
+# A pid counts only if its command line still mentions our state dir.
+our_pid() {
+    local f pid
+    f=$(pidfile "$1")
+    [ -s "$f" ] || return 1
+    pid=$(cat "$f")
+    [ -d "/proc/$pid" ] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$DIR/" || return 1
+    echo "$pid"
+}
+
+# stray_pids: processes of ours (etcd/kube-apiserver whose args mention $DIR/)
+stray_pids() {
+    local p exe cmd
+    for p in /proc/[0-9]*; do
+        exe=$(readlink "$p/exe" 2>/dev/null) || continue
+        case "${exe##*/}" in etcd|kube-apiserver) ;; *) continue ;; esac
+        cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+        case "$cmd" in *"$DIR/"*) echo "${p#/proc/}" ;; esac
+    done
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+admin_token() { cat "$DIR/admin.token"; }
+
+readyz() {
+    [ -f "$DIR/ca.crt" ] && [ -f "$DIR/admin.token" ] || return 1
+    local out
+    out=$(curl -sS --max-time 5 --cacert "$DIR/ca.crt" -H "Authorization: Bearer $(admin_token)" \
+        "$SERVER/readyz" 2>/dev/null) || return 1
+    [ "$out" = ok ]
+}
+
+# api METHOD PATH [JSON]: admin REST call; prints body, returns HTTP code in $HTTP_CODE
+api() {
+    local method=$1 path=$2 data=${3:-} resp
+    local args=(-sS --max-time 20 --cacert "$DIR/ca.crt" -H "Authorization: Bearer $(admin_token)"
+        -H 'Accept: application/json' -X "$method" -w '\n%{http_code}')
+    [ -n "$data" ] && args+=(-H 'Content-Type: application/json' --data-binary "$data")
+    resp=$(curl "${args[@]}" "$SERVER$path") || die "curl $method $path failed"
+    HTTP_CODE=${resp##*$'\n'}
+    API_BODY=${resp%$'\n'*}
+}
+
+# ---------------------------------------------------------------- start ----
+
+gen_pki() {
+    mkdir -p "$DIR"
+    chmod 700 "$DIR"
+    command -v openssl >/dev/null || apt_install openssl
+    if [ ! -s "$DIR/ca.crt" ] || [ ! -s "$DIR/ca.key" ]; then
+        log "generating CA"
+        openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+            -keyout "$DIR/ca.key" -out "$DIR/ca.crt" -subj "/CN=fiber-k8s-local-ca" \
+            -addext "basicConstraints=critical,CA:TRUE" \
+            -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null \
+            || die "openssl: CA generation failed"
+        rm -f "$DIR/apiserver.crt"
+    fi
+    if [ ! -s "$DIR/apiserver.crt" ] || [ ! -s "$DIR/apiserver.key" ]; then
+        log "generating serving certificate"
+        openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$DIR/apiserver.key" \
+            -out "$DIR/apiserver.csr" -subj "/CN=kubernetes" 2>/dev/null \
+            || die "openssl: serving key/CSR failed"
+        cat >"$DIR/apiserver.ext" <<'EOF'
+basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc
+EOF
+        openssl x509 -req -sha256 -days 3650 -in "$DIR/apiserver.csr" -CA "$DIR/ca.crt" \
+            -CAkey "$DIR/ca.key" -CAcreateserial -out "$DIR/apiserver.crt" \
+            -extfile "$DIR/apiserver.ext" 2>/dev/null || die "openssl: signing serving cert failed"
+        rm -f "$DIR/apiserver.csr" "$DIR/apiserver.ext"
+    fi
+    if [ ! -s "$DIR/sa.key" ] || [ ! -s "$DIR/sa.pub" ]; then
+        log "generating service-account key pair"
+        openssl genrsa -out "$DIR/sa.key" 2048 2>/dev/null || die "openssl: sa key failed"
+        openssl rsa -in "$DIR/sa.key" -pubout -out "$DIR/sa.pub" 2>/dev/null || die "openssl: sa pub failed"
+    fi
+    if [ ! -s "$DIR/admin.token" ] || [ ! -s "$DIR/fiber-test.token" ]; then
+        log "generating tokens"
+        (umask 077
+         openssl rand -hex 24 >"$DIR/admin.token"
+         openssl rand -hex 24 >"$DIR/fiber-test.token")
+    fi
+    chmod 600 "$DIR"/*.key "$DIR/admin.token" "$DIR/fiber-test.token"
+    # token,user,uid[,"group1,group2"]
+    (umask 077
+     printf '%s,admin,fiber-admin-uid,"system:masters"\n%s,fiber,fiber-uid\n' \
+        "$(cat "$DIR/admin.token")" "$(cat "$DIR/fiber-test.token")" >"$DIR/tokens.csv")
+}
+
+start_etcd() {
+    if our_pid etcd >/dev/null; then return 0; fi
+    command -v etcd >/dev/null || apt_install etcd-server
+    command -v etcd >/dev/null || die "etcd not found (Debian package etcd-server)"
+    local p
+    for p in "$ETCD_PORT" "$ETCD_PEER_PORT"; do
+        port_in_use "$p" && die "port 127.0.0.1:$p is already in use by something else (set K8S_LOCAL_ETCD_PORT)"
+    done
+    mkdir -p "$DIR/etcd" "$DIR/logs" "$DIR/run"
+    chmod 700 "$DIR/etcd"
+    log "starting etcd on 127.0.0.1:$ETCD_PORT"
+    setsid nohup etcd --name fiber-k8s-local --data-dir "$DIR/etcd" \
+        --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster "fiber-k8s-local=http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster-state new --initial-cluster-token fiber-k8s-local \
+        --logger zap --log-outputs stderr --quota-backend-bytes 1073741824 \
+        </dev/null >"$DIR/logs/etcd.log" 2>&1 &
+    echo $! >"$(pidfile etcd)"
+    for _ in $(seq 1 60); do
+        if curl -s --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
+            return 0
+        fi
+        our_pid etcd >/dev/null || { tail -n 30 "$DIR/logs/etcd.log" >&2; die "etcd exited (log: $DIR/logs/etcd.log)"; }
+        sleep 0.5
+    done
+    tail -n 30 "$DIR/logs/etcd.log" >&2
+    die "etcd not healthy after 30 s (log: $DIR/logs/etcd.log)"
+}
+
+start_apiserver() {
+    local pid
+    if pid=$(our_pid kube-apiserver); then
+        readyz && return 0
+        # running but not ready: give it the usual time before restarting
+        wait_ready && return 0
+        log "kube-apiserver (pid $pid) not ready; restarting it"
+        stop_one kube-apiserver
+    fi
+    port_in_use "$PORT" && die "port 127.0.0.1:$PORT is already in use by something else (set K8S_LOCAL_PORT)"
+    mkdir -p "$DIR/logs" "$DIR/run"
+    log "starting kube-apiserver on $SERVER"
+    setsid nohup "$APISERVER_BIN" \
+        --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+        --etcd-prefix=/registry \
+        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+        --secure-port="$PORT" --insecure-port=0 \
+        --cert-dir="$DIR/cert-dir" \
+        --tls-cert-file="$DIR/apiserver.crt" --tls-private-key-file="$DIR/apiserver.key" \
+        --client-ca-file="$DIR/ca.crt" \
+        --token-auth-file="$DIR/tokens.csv" \
+        --authorization-mode=Node,RBAC \
+        --service-account-key-file="$DIR/sa.pub" \
+        --service-account-signing-key-file="$DIR/sa.key" \
+        --service-account-issuer=https://kubernetes.default.svc \
+        --service-cluster-ip-range=10.96.0.0/24 \
+        --allow-privileged=true \
+        --enable-admission-plugins=NamespaceLifecycle,LimitRanger,DefaultTolerationSeconds,Priority,ResourceQuota \
+        --disable-admission-plugins=ServiceAccount,StorageObjectInUseProtection \
+        --profiling=false \
+        --v=1 \
+        </dev/null >"$DIR/logs/kube-apiserver.log" 2>&1 &
+    echo $! >"$(pidfile kube-apiserver)"
+    wait_ready || {
+        log "---- tail of $DIR/logs/kube-apiserver.log ----"; tail -n 40 "$DIR/logs/kube-apiserver.log" >&2
+        log "---- tail of $DIR/logs/etcd.log ----"; tail -n 10 "$DIR/logs/etcd.log" >&2
+        die "kube-apiserver not ready after ${READY_TIMEOUT} s"
+    }
+}
+
+wait_ready() {
+    local end=$((SECONDS + READY_TIMEOUT))
+    while [ $SECONDS -lt $end ]; do
+        readyz && return 0
+        our_pid kube-apiserver >/dev/null || { log "kube-apiserver exited"; return 1; }
+        sleep 1
+    done
+    return 1
+}
+
+# ensure METHOD-for-create PATH-collection NAME JSON: create, or replace if it exists
+ensure_obj() {
+    local coll=$1 name=$2 json=$3 replace=$4
+    api POST "$coll" "$json"
+    case "$HTTP_CODE" in
+        201|200) return 0 ;;
+        409)
+            [ "$replace" = yes ] || return 0
+            api PUT "$coll/$name" "$json"
+            case "$HTTP_CODE" in 200|201) return 0 ;; esac ;;
+    esac
+    die "creating $coll/$name failed: HTTP $HTTP_CODE: $API_BODY"
+}
+
+bootstrap() {
+    local ns
+    for ns in "$NAMESPACE" "$FORBIDDEN_NAMESPACE"; do
+        ensure_obj /api/v1/namespaces "$ns" \
+            "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"$ns\"}}" no
+    done
+    local verbs='["get","list","watch","create","update","patch","delete","deletecollection"]'
+    ensure_obj "/apis/rbac.authorization.k8s.io/v1/namespaces/$NAMESPACE/roles" fiber-test "{
+      \"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"Role\",
+      \"metadata\":{\"name\":\"fiber-test\",\"namespace\":\"$NAMESPACE\"},
+      \"rules\":[
+        {\"apiGroups\":[\"\"],\"resources\":[\"pods\",\"pods/log\",\"pods/status\",\"secrets\",\"persistentvolumeclaims\",\"events\"],\"verbs\":$verbs},
+        {\"apiGroups\":[\"events.k8s.io\"],\"resources\":[\"events\"],\"verbs\":$verbs}]}" yes
+    ensure_obj "/apis/rbac.authorization.k8s.io/v1/namespaces/$NAMESPACE/rolebindings" fiber-test "{
+      \"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",
+      \"metadata\":{\"name\":\"fiber-test\",\"namespace\":\"$NAMESPACE\"},
+      \"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"fiber-test\"},
+      \"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":\"fiber\"}]}" yes
+}
+
+do_start() {
+    command -v curl >/dev/null || apt_install curl
+    [ -x "$APISERVER_BIN" ] || do_build
+    gen_pki
+    start_etcd
+    start_apiserver
+    bootstrap
+    log "ready: $SERVER (state: $DIR); eval \"\$($0 env)\""
+}
+
+# ----------------------------------------------------------------- stop ----
+
+stop_pid() {
+    local pid=$1 name=$2
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 40); do
+        [ -d "/proc/$pid" ] || return 0
+        # a zombie counts as gone
+        grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && return 0
+        sleep 0.25
+    done
+    log "$name (pid $pid) did not exit on TERM; killing"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.2
+}
+
+stop_one() {
+    local pid
+    if pid=$(our_pid "$1"); then
+        log "stopping $1 (pid $pid)"
+        stop_pid "$pid" "$1"
+    fi
+    rm -f "$(pidfile "$1")"
+}
+
+do_stop() {
+    local purge=no
+    case "${1:-}" in
+        --purge) purge=yes ;;
+        "") ;;
+        *) die "usage: $0 stop [--purge]" ;;
+    esac
+    stop_one kube-apiserver
+    stop_one etcd
+    local pid
+    for pid in $(stray_pids); do
+        log "stopping leftover process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-100)"
+        stop_pid "$pid" leftover
+    done
+    if [ "$purge" = yes ]; then
+        case "$DIR" in /|/tmp|/var|/home|/root|"") die "refusing to purge $DIR" ;; esac
+        log "removing $DIR"
+        rm -rf "$DIR"
+    fi
+    return 0
+}
+
+# ---------------------------------------------------------------- main -----
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    build) do_build ;;
+    start) do_start ;;
+    stop) do_stop "$@" ;;
+    status)
+        if readyz; then echo "running: $SERVER"; exit 0; else echo "not running"; exit 1; fi ;;
+    env)
+        [ -s "$DIR/ca.crt" ] && [ -s "$DIR/fiber-test.token" ] \
+            || die "no state in $DIR; run '$0 start' first"
+        echo "export FIBER_K8S_SERVER=$SERVER"
+        echo "export FIBER_K8S_CA_FILE=$DIR/ca.crt"
+        echo "export FIBER_K8S_TOKEN_FILE=$DIR/fiber-test.token"
+        echo "export K8S_LOCAL_ADMIN_TOKEN_FILE=$DIR/admin.token"
+        echo "export FIBER_K8S_NAMESPACE=$NAMESPACE"
+        ;;
+    *)
+        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+        exit 2 ;;
+esac

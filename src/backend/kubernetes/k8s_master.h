@@ -1,0 +1,47 @@
+/*
+ * k8s_master.h -- a run's master as a pod (fiber_run_start with the
+ * kubernetes backend, `fiber run --backend kubernetes`).
+ *
+ * The pod "<run>-master" (labels fiber.run, fiber.role=master) runs the
+ * program from the image with the run's variables; it keeps the pod's
+ * service account (in-cluster configuration: the master starts its jobs'
+ * pods with it, as their owner), and listens on its pod IP
+ * (FIBER_LISTEN_HOST from the downward API's status.podIP), which its
+ * jobs dial.  The pod is kept after it ends, for its status and logs.
+ */
+#ifndef FB_K8S_MASTER_H
+#define FB_K8S_MASTER_H
+
+#include <stddef.h>
+
+#include "fiber/fiber.h"
+
+/* Creates the master's pod.  argv[0] must be the program's absolute path
+ * in the image; vars are "NAME=value" strings for its environment.  Writes
+ * the pod's name to pod.  Returns 0, FIBER_ECONFIG (no image...),
+ * FIBER_ESPAWN (the server refused; message says why),
+ * FIBER_EUNREACHABLE. */
+int fb_k8s_master_start(const char *run, const char *const *argv,
+                        const fiber_run_opts *o, const char *const *vars,
+                        size_t n_vars, const char *image, char *pod,
+                        size_t size);
+
+/* Waits up to timeout_ms (negative: forever) for the pod to end; its
+ * container's exit code in *exit_code (137 when the pod was deleted before
+ * its container ended).  Returns 0, FIBER_ETIMEDOUT, FIBER_EBACKEND,
+ * FIBER_EUNREACHABLE. */
+int fb_k8s_master_wait(const char *pod, int timeout_ms, int *exit_code);
+
+/* Copies the pod's log to fd as it is written, until the pod ends.
+ * Returns 0, or the code of the refusal (a cluster whose nodes do not
+ * serve logs). */
+int fb_k8s_master_follow(const char *pod, int fd);
+
+/* For fiber doctor: asks the configured API server for its version and
+ * whether the account may list pods in its namespace, and writes one line
+ * into detail ("Kubernetes v1.20.2 at https://...: namespace fiber-test,
+ * pods allowed").  Returns 0, or the code of what failed with detail
+ * saying why. */
+int fb_k8s_describe(char *detail, size_t size);
+
+#endif /* FB_K8S_MASTER_H */

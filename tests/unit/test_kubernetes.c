@@ -1,0 +1,686 @@
+/*
+ * test_kubernetes.c -- the kubernetes backend against a real kube-apiserver
+ * (scripts/k8s-local.sh) whose pods the test node agent (tests/k8s/
+ * node_agent.c) runs as local processes.
+ *
+ * tests/k8s/run.sh runs each case with the configuration of that cluster
+ * in the environment (FIBER_BACKEND=kubernetes, FIBER_K8S_SERVER,
+ * FIBER_K8S_CA_FILE, FIBER_K8S_TOKEN_FILE for user "fiber", allowed pods
+ * and secrets in namespace fiber-test only, FIBER_K8S_NAMESPACE), and the
+ * administrator's token in K8S_ADMIN_TOKEN_FILE, with which the cases look
+ * at the cluster as an administrator would.  Without it every case prints
+ * "SKIP: ..." and passes.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "backend/kubernetes/k8s_api.h"
+#include "backend/kubernetes/kubernetes.h"
+#include "core/common.h"
+#include "core/runtime.h"
+#include "harness.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int arg_int(const void *arg, size_t len)
+{
+    int v = 0;
+    if (len == sizeof v)
+        memcpy(&v, arg, sizeof v);
+    return v;
+}
+
+/* ---- tasks the pods run ---------------------------------------------------- */
+
+FIBER_TASK(ret_arg) { return arg_int(arg, len); }
+
+FIBER_TASK(kill_self)
+{
+    raise(SIGKILL);
+    return 0;
+}
+
+FIBER_TASK(sleeper)
+{
+    sleep_ms(arg_int(arg, len));
+    return 0;
+}
+
+/* Returns 0 if the bootstrap is gone from the environment and the
+ * transport is tcp. */
+FIBER_TASK(in_pod)
+{
+    if (getenv("FIBER_BOOT_SECRET_FILE") || getenv("FIBER_BOOT_ADDR"))
+        return 3;
+    char tr[16];
+    if (fiber_config_get("transport", tr, sizeof tr) != 0 ||
+        strcmp(tr, "tcp") != 0)
+        return 4;
+    return 0;
+}
+
+FIBER_TASK(square_slow)
+{
+    sleep_ms(5);
+    int x = arg_int(arg, len);
+    x *= x;
+    return fiber_buf_append(out, &x, sizeof x);
+}
+
+/* ---- the cluster, as its administrator -------------------------------------- */
+
+#define NEED_CLUSTER()                                                         \
+    do {                                                                       \
+        if (!getenv("FIBER_K8S_SERVER") || !getenv("K8S_ADMIN_TOKEN_FILE")) {  \
+            printf("SKIP: no Kubernetes test cluster (run through "            \
+                   "tests/k8s/run.sh after tests/k8s/cluster.sh start)\n");    \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+static struct fb_k8s admin;
+
+static void admin_open(void)
+{
+    struct fb_config c;
+    fb_config_defaults(&c);
+    fb_strlcpy(c.k8s_server, getenv("FIBER_K8S_SERVER"), sizeof c.k8s_server);
+    fb_strlcpy(c.k8s_ca_file, getenv("FIBER_K8S_CA_FILE"),
+               sizeof c.k8s_ca_file);
+    fb_strlcpy(c.k8s_token_file, getenv("K8S_ADMIN_TOKEN_FILE"),
+               sizeof c.k8s_token_file);
+    fb_strlcpy(c.k8s_namespace, getenv("FIBER_K8S_NAMESPACE"),
+               sizeof c.k8s_namespace);
+    CHECK_OK(fb_k8s_open(&admin, &c));
+}
+
+/* GET as the administrator; returns the status, the body in *out. */
+static long admin_get(const char *path, json_t **out)
+{
+    long status = 0;
+    CHECK_OK(fb_k8s_json(&admin, "GET", path, NULL, NULL, 20000, &status,
+                         out));
+    return status;
+}
+
+/* The run's pods, as a JSON list (the caller decrefs). */
+static json_t *run_pods(void)
+{
+    char run[64], path[300];
+    fb_k8s_dns_name(fiber_run_id(), run, sizeof run);
+    snprintf(path, sizeof path,
+             "/api/v1/namespaces/%s/pods?labelSelector=fiber.run%%3D%s",
+             admin.ns, run);
+    json_t *l = NULL;
+    CHECK_EQ(admin_get(path, &l), 200);
+    return l;
+}
+
+/* Deletes pod name at once, as an administrator (or a node failure) would. */
+static void admin_delete_pod(const char *name)
+{
+    char path[400];
+    snprintf(path, sizeof path,
+             "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", admin.ns,
+             name);
+    long status = 0;
+    json_t *r = NULL;
+    CHECK_OK(fb_k8s_json(&admin, "DELETE", path, NULL, NULL, 20000, &status,
+                         &r));
+    json_decref(r);
+    CHECK(status == 200 || status == 404);
+}
+
+static int exitcode_of(const char *task, int arg, const fiber_job_opts *o)
+{
+    fiber_process *p;
+    CHECK_OK(fiber_process_start(&p, task, &arg, sizeof arg, o));
+    CHECK_OK(fiber_process_join(p, 60000));
+    int code;
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    fiber_process_free(p);
+    return code;
+}
+
+static const char *json_str(json_t *o, const char *path0, const char *path1,
+                            const char *path2)
+{
+    json_t *v = json_object_get(o, path0);
+    if (path1)
+        v = json_object_get(v, path1);
+    if (path2)
+        v = json_object_get(v, path2);
+    return json_string_value(v) ? json_string_value(v) : "";
+}
+
+/* ---- processes as pods -------------------------------------------------------- */
+
+TEST(process_exit_codes_in_pods)
+{
+    NEED_CLUSTER();
+    CHECK_EQ(exitcode_of("ret_arg", 7, NULL), 7);
+    CHECK_EQ(exitcode_of("ret_arg", 0, NULL), 0);
+    CHECK_EQ(exitcode_of("kill_self", 0, NULL), -SIGKILL);
+    CHECK_EQ(exitcode_of("in_pod", 0, NULL), 0);
+}
+
+/* A watch from a resourceVersion the server has forgotten gets 410 Gone:
+ * the backend lists again and resumes, and no exit is missed. */
+TEST(watch_resumes_after_410_gone)
+{
+    NEED_CLUSTER();
+    fb_k8s_test_expire_next_watch();
+    CHECK_EQ(exitcode_of("ret_arg", 9, NULL), 9);
+    for (int i = 0; i < 50 && fb_k8s_test_lists() < 2; i++)
+        sleep_ms(100);
+    CHECK(fb_k8s_test_lists() >= 2);
+    fb_k8s_test_expire_next_watch();
+    /* The current watch goes on; exits keep arriving. */
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(exitcode_of("ret_arg", i + 1, NULL), i + 1);
+    fprintf(stderr, "lists: %u\n", fb_k8s_test_lists());
+}
+
+TEST(terminate_deletes_the_pod_politely)
+{
+    NEED_CLUSTER();
+    fiber_process *p;
+    int ms = 60000;
+    CHECK_OK(fiber_process_start(&p, "sleeper", &ms, sizeof ms, NULL));
+    sleep_ms(500);
+    uint64_t t0 = fb_now_ms();
+    CHECK_OK(fiber_process_terminate(p));
+    CHECK_OK(fiber_process_join(p, 30000));
+    int code;
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    fprintf(stderr, "terminated in %llu ms, exit code %d\n",
+            (unsigned long long)(fb_now_ms() - t0), code);
+    CHECK_EQ(code, -SIGTERM);
+    fiber_process_free(p);
+}
+
+/* The pod spec: labels, restartPolicy, limits, the token in a Secret and
+ * nowhere in the spec; the Secret goes with the run. */
+TEST(pod_spec_labels_limits_and_secret)
+{
+    NEED_CLUSTER();
+    admin_open();
+    const char *env[] = {"K8S_TEST_VAR=hello", NULL};
+    fiber_job_opts o = {.cpu = 1, .memory_mb = 64, .gpu = 1, .env = env,
+                        .name = "spec-check"};
+    fiber_process *p;
+    int ms = 30000;
+    CHECK_OK(fiber_process_start(&p, "sleeper", &ms, sizeof ms, &o));
+    json_t *l = run_pods();
+    CHECK_EQ(json_array_size(json_object_get(l, "items")), 1);
+    json_t *pod = json_array_get(json_object_get(l, "items"), 0);
+    CHECK_STR(json_str(pod, "metadata", "labels", "fiber.role"), "job");
+    CHECK_STR(json_str(pod, "spec", "restartPolicy", NULL), "Never");
+    json_t *c = json_array_get(json_object_get(json_object_get(pod, "spec"),
+                                               "containers"),
+                               0);
+    json_t *lim = json_object_get(json_object_get(c, "resources"), "limits");
+    CHECK_STR(json_str(lim, "cpu", NULL, NULL), "1");
+    CHECK_STR(json_str(lim, "memory", NULL, NULL), "64Mi");
+    CHECK_STR(json_str(lim, "nvidia.com/gpu", NULL, NULL), "1");
+    CHECK_STR(json_str(pod, "metadata", "annotations", "fiber.name"),
+              "spec-check");
+    /* Neither the token nor any encoding of it is in the pod. */
+    char *dump = json_dumps(pod, JSON_COMPACT);
+    CHECK(dump);
+    CHECK_CONTAINS(dump, "K8S_TEST_VAR");
+    CHECK_CONTAINS(dump, "FIBER_BOOT_SECRET_FILE");
+    char hex[2 * sizeof fb_rt()->token + 1], b64[128];
+    fb_hex(fb_rt()->token, sizeof fb_rt()->token, hex, sizeof hex);
+    sodium_bin2base64(b64, sizeof b64, fb_rt()->token, sizeof fb_rt()->token,
+                      sodium_base64_VARIANT_ORIGINAL);
+    CHECK(!strstr(dump, hex));
+    CHECK(!strstr(dump, b64));
+    free(dump);
+    /* The Secret holds it, labelled with the run. */
+    const char *secret = json_str(
+        json_array_get(json_object_get(json_object_get(pod, "spec"),
+                                       "volumes"),
+                       0),
+        "secret", "secretName", NULL);
+    CHECK(secret[0]);
+    char path[300], secret_name[128];
+    fb_strlcpy(secret_name, secret, sizeof secret_name);
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/secrets/%s", admin.ns,
+             secret_name);
+    json_t *s = NULL;
+    CHECK_EQ(admin_get(path, &s), 200);
+    CHECK_STR(json_str(s, "data", "token", NULL), b64);
+    json_decref(s);
+    json_decref(l);
+    CHECK_OK(fiber_process_terminate(p));
+    CHECK_OK(fiber_process_join(p, 30000));
+    fiber_process_free(p);
+    /* The run ends: its Secret and pods are gone. */
+    fiber_shutdown();
+    s = NULL;
+    CHECK_EQ(admin_get(path, &s), 404);
+    json_decref(s);
+    l = run_pods();
+    CHECK_EQ(json_array_size(json_object_get(l, "items")), 0);
+    json_decref(l);
+}
+
+/* k8s_volumes: each claim a persistentVolumeClaim volume, mounted at its
+ * path, read-only with :ro. */
+TEST(claims_are_mounted_into_every_pod)
+{
+    NEED_CLUSTER();
+    admin_open();
+    CHECK_OK(fiber_config_set("k8s_volumes",
+                              "datasets:/data:ro,scratch:/scratch"));
+    fiber_process *p;
+    int ms = 30000;
+    CHECK_OK(fiber_process_start(&p, "sleeper", &ms, sizeof ms, NULL));
+    json_t *l = run_pods();
+    json_t *pod = json_array_get(json_object_get(l, "items"), 0);
+    CHECK(pod);
+    json_t *spec = json_object_get(pod, "spec");
+    json_t *c = json_array_get(json_object_get(spec, "containers"), 0);
+    int claims = 0, mounts = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(spec, "volumes"), i, v)
+    {
+        json_t *pvc = json_object_get(v, "persistentVolumeClaim");
+        const char *claim = json_str(pvc, "claimName", NULL, NULL);
+        if (strcmp(claim, "datasets") == 0) {
+            CHECK(json_is_true(json_object_get(pvc, "readOnly")));
+            claims++;
+        } else if (strcmp(claim, "scratch") == 0) {
+            CHECK(!json_is_true(json_object_get(pvc, "readOnly")));
+            claims++;
+        }
+    }
+    json_array_foreach(json_object_get(c, "volumeMounts"), i, v)
+    {
+        const char *at = json_str(v, "mountPath", NULL, NULL);
+        if (strcmp(at, "/data") == 0) {
+            CHECK(json_is_true(json_object_get(v, "readOnly")));
+            mounts++;
+        } else if (strcmp(at, "/scratch") == 0) {
+            mounts++;
+        }
+    }
+    CHECK_EQ(claims, 2);
+    CHECK_EQ(mounts, 2);
+    json_decref(l);
+    CHECK_OK(fiber_process_terminate(p));
+    CHECK_OK(fiber_process_join(p, 30000));
+    fiber_process_free(p);
+}
+
+/* ---- pools --------------------------------------------------------------------- */
+
+struct killer {
+    int killed;
+    char victim[128];
+};
+
+static void *kill_a_worker(void *arg)
+{
+    struct killer *k = arg;
+    sleep_ms(1500);
+    json_t *l = run_pods();
+    json_t *pod = json_array_get(json_object_get(l, "items"), 0);
+    if (pod) {
+        fb_strlcpy(k->victim, json_str(pod, "metadata", "name", NULL),
+                   sizeof k->victim);
+        admin_delete_pod(k->victim);
+        k->killed = 1;
+    }
+    json_decref(l);
+    return NULL;
+}
+
+TEST(deleted_worker_pod_loses_no_result)
+{
+    NEED_CLUSTER();
+    admin_open();
+    fiber_pool *pool;
+    fiber_pool_opts o = {.workers = 2};
+    CHECK_OK(fiber_pool_create(&pool, &o));
+    enum { N = 600 };
+    static int in[N], out[N];
+    for (int i = 0; i < N; i++) {
+        in[i] = i;
+        out[i] = -1;
+    }
+    struct killer k = {0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, kill_a_worker, &k) == 0);
+    CHECK_OK(fiber_pool_map(pool, "square_slow", in, sizeof in[0], N, out,
+                            sizeof out[0], 1));
+    pthread_join(t, NULL);
+    CHECK(k.killed);
+    for (int i = 0; i < N; i++)
+        CHECK_EQ(out[i], i * i);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(pool, &st));
+    fprintf(stderr, "deleted pod %s; workers started %llu, lost %llu, tasks "
+                    "retried %llu\n",
+            k.victim, (unsigned long long)st.workers_started,
+            (unsigned long long)st.workers_lost,
+            (unsigned long long)st.tasks_retried);
+    CHECK(st.workers_lost >= 1);
+    CHECK(st.workers_started >= 3);
+    CHECK_EQ(st.tasks_done, N);
+    fiber_pool_free(pool);
+}
+
+/* ---- errors -------------------------------------------------------------------- */
+
+/* Starts a process that must fail with code; returns its message. */
+static const char *start_fails(int code, const fiber_job_opts *o)
+{
+    static char msg[2048];
+    fiber_process *p = NULL;
+    int arg = 0;
+    CHECK_ERR(fiber_process_start(&p, "ret_arg", &arg, sizeof arg, o), code);
+    fb_strlcpy(msg, fiber_last_error(), sizeof msg);
+    fprintf(stderr, "message: %s\n", msg);
+    return msg;
+}
+
+static void temp_file(char *path, size_t size, const char *text)
+{
+    snprintf(path, size, "/tmp/fiber-k8s-test-XXXXXX");
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+}
+
+TEST(wrong_token_is_refused_with_401)
+{
+    NEED_CLUSTER();
+    char path[64];
+    temp_file(path, sizeof path, "not-a-token-of-this-cluster\n");
+    CHECK_OK(fiber_config_set("k8s_token_file", path));
+    const char *m = start_fails(FIBER_EBACKEND, NULL);
+    CHECK_CONTAINS(m, "HTTP 401 Unauthorized");
+    CHECK_CONTAINS(m, path);
+    CHECK_CONTAINS(m, getenv("FIBER_K8S_SERVER"));
+    unlink(path);
+}
+
+TEST(forbidden_namespace_is_refused_with_403)
+{
+    NEED_CLUSTER();
+    CHECK_OK(fiber_config_set("k8s_namespace", "fiber-forbidden"));
+    const char *m = start_fails(FIBER_EBACKEND, NULL);
+    CHECK_CONTAINS(m, "HTTP 403 Forbidden");
+    CHECK_CONTAINS(m, "namespace 'fiber-forbidden'");
+    CHECK_CONTAINS(m, "User \"fiber\" cannot list resource \"pods\"");
+}
+
+TEST(invalid_pod_spec_is_refused_with_422)
+{
+    NEED_CLUSTER();
+    /* An environment variable name Kubernetes does not accept. */
+    const char *env[] = {"1BAD=x", NULL};
+    fiber_job_opts o = {.env = env};
+    const char *m = start_fails(FIBER_ESPAWN, &o);
+    CHECK_CONTAINS(m, "HTTP 422 Unprocessable Entity, Invalid");
+    CHECK_CONTAINS(m, "spec.containers[0].env[");
+    CHECK_CONTAINS(m, "\"1BAD\"");
+    /* Two claims mounted at one path. */
+    CHECK_OK(fiber_config_set("k8s_volumes", "claim-a:/data,claim-b:/data:ro"));
+    m = start_fails(FIBER_ESPAWN, NULL);
+    CHECK_CONTAINS(m, "HTTP 422");
+    CHECK_CONTAINS(m, "mountPath");
+    CHECK_CONTAINS(m, "must be unique");
+}
+
+TEST(bad_volume_list_is_a_config_error)
+{
+    NEED_CLUSTER();
+    CHECK_OK(fiber_config_set("k8s_volumes", "claim-a:relative/path"));
+    const char *m = start_fails(FIBER_ECONFIG, NULL);
+    CHECK_CONTAINS(m, "claim-a:relative/path");
+}
+
+TEST(no_image_is_a_config_error)
+{
+    NEED_CLUSTER();
+    CHECK_OK(fiber_config_set("image", ""));
+    const char *m = start_fails(FIBER_ECONFIG, NULL);
+    CHECK_CONTAINS(m, "has no image");
+}
+
+TEST(unreachable_server_is_named)
+{
+    NEED_CLUSTER();
+    CHECK_OK(fiber_config_set("k8s_server", "https://127.0.0.1:1"));
+    const char *m = start_fails(FIBER_EUNREACHABLE, NULL);
+    CHECK_CONTAINS(m, "https://127.0.0.1:1");
+    CHECK_CONTAINS(m, "Connection refused");
+}
+
+TEST(wrong_ca_fails_tls_verification)
+{
+    NEED_CLUSTER();
+    /* The system's CAs did not sign the test cluster's certificate. */
+    const char *bundle = "/etc/ssl/certs/ca-certificates.crt";
+    if (access(bundle, R_OK) != 0) {
+        printf("SKIP: %s is absent\n", bundle);
+        return;
+    }
+    CHECK_OK(fiber_config_set("k8s_ca_file", bundle));
+    const char *m = start_fails(FIBER_EUNREACHABLE, NULL);
+    CHECK_CONTAINS(m, "TLS verification failed");
+    CHECK_CONTAINS(m, bundle);
+}
+
+TEST(plain_http_to_a_remote_server_is_refused)
+{
+    NEED_CLUSTER();
+    CHECK_OK(fiber_config_set("k8s_server", "http://10.1.2.3:8080"));
+    const char *m = start_fails(FIBER_ECONFIG, NULL);
+    CHECK_CONTAINS(m, "not an https:// URL");
+}
+
+/* In-cluster configuration: the service-account folder (token, ca.crt,
+ * namespace) and KUBERNETES_SERVICE_HOST/PORT, as a pod sees them. */
+TEST(in_cluster_config_from_a_folder)
+{
+    NEED_CLUSTER();
+    char dir[] = "/tmp/fiber-k8s-sa-XXXXXX", cmd[1200];
+    CHECK(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "cp '%s' %s/token && cp '%s' %s/ca.crt && printf %s > "
+             "%s/namespace",
+             getenv("FIBER_K8S_TOKEN_FILE"), dir, getenv("FIBER_K8S_CA_FILE"),
+             dir, getenv("FIBER_K8S_NAMESPACE"), dir);
+    CHECK_EQ(system(cmd), 0);
+    /* https://127.0.0.1:16443 -> host and port */
+    char host[128];
+    fb_strlcpy(host, getenv("FIBER_K8S_SERVER") + strlen("https://"),
+               sizeof host);
+    char *colon = strrchr(host, ':');
+    CHECK(colon);
+    *colon = '\0';
+    setenv("KUBERNETES_SERVICE_HOST", host, 1);
+    setenv("KUBERNETES_SERVICE_PORT", colon + 1, 1);
+    CHECK_OK(fiber_config_set("k8s_server", ""));
+    CHECK_OK(fiber_config_set("k8s_token_file", ""));
+    CHECK_OK(fiber_config_set("k8s_ca_file", ""));
+    CHECK_OK(fiber_config_set("k8s_namespace", ""));
+    CHECK_OK(fiber_config_set("k8s_config_dir", dir));
+    CHECK_EQ(exitcode_of("ret_arg", 5, NULL), 5);
+    fiber_shutdown();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ(system(cmd), 0);
+}
+
+TEST(in_cluster_without_a_service_host_says_what_to_set)
+{
+    NEED_CLUSTER();
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    CHECK_OK(fiber_config_set("k8s_server", ""));
+    const char *m = start_fails(FIBER_ECONFIG, NULL);
+    CHECK_CONTAINS(m, "set k8s_server");
+    CHECK_CONTAINS(m, "KUBERNETES_SERVICE_HOST");
+}
+
+/* ---- fiber run: the master as a pod ---------------------------------------- */
+
+/* The master of a run that `fiber run --backend kubernetes` started: in
+ * its pod, with the in-cluster configuration the pod gives it.  Starts a
+ * job and checks that the job's pod is owned by this pod; exits 42 if all
+ * is well, 10+ to say what was not. */
+TEST(helper_master_in_pod)
+{
+    const char *self = getenv("HOSTNAME");
+    char server[300];
+    CHECK_OK(fiber_config_get("k8s_server", server, sizeof server));
+    if (server[0] || !self || !getenv("KUBERNETES_SERVICE_HOST"))
+        exit(10); /* not configured as a pod in a cluster */
+    fiber_process *p;
+    int ms = 20000;
+    CHECK_OK(fiber_process_start(&p, "sleeper", &ms, sizeof ms, NULL));
+    struct fb_config c;
+    fb_config_defaults(&c);
+    char dir[600];
+    CHECK_OK(fiber_config_get("k8s_config_dir", dir, sizeof dir));
+    fb_strlcpy(c.k8s_config_dir, dir, sizeof c.k8s_config_dir);
+    CHECK_OK(fb_k8s_open(&admin, &c)); /* the pod's service account */
+    json_t *l = run_pods();
+    int code = 11;
+    size_t i;
+    json_t *pod;
+    json_array_foreach(json_object_get(l, "items"), i, pod)
+    {
+        if (strcmp(json_str(pod, "metadata", "labels", "fiber.role"), "job"))
+            continue;
+        json_t *owner = json_array_get(
+            json_object_get(json_object_get(pod, "metadata"),
+                            "ownerReferences"),
+            0);
+        code = strcmp(json_str(owner, "name", NULL, NULL), self) == 0 &&
+                       strcmp(json_str(owner, "kind", NULL, NULL), "Pod") == 0
+                   ? 42
+                   : 12;
+    }
+    json_decref(l);
+    CHECK_OK(fiber_process_terminate(p));
+    CHECK_OK(fiber_process_join(p, 30000));
+    fiber_process_free(p);
+    fiber_shutdown();
+    exit(code);
+}
+
+TEST(fiber_run_starts_the_master_as_a_pod)
+{
+    NEED_CLUSTER();
+    admin_open();
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n] = '\0';
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd,
+             "%s run --backend kubernetes --image fiber-test/agent:1 -- %s "
+             "helper_master_in_pod 2>&1",
+             FIBER_TOOL_PATH, self);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    char out[8192] = "", line[1024];
+    while (fgets(line, sizeof line, f))
+        strncat(out, line, sizeof out - strlen(out) - 1);
+    int st = pclose(f);
+    fprintf(stderr, "%s", out);
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 42);
+    /* The master's pod is kept, labelled as the run's master. */
+    const char *at = strstr(out, "master in pod ");
+    CHECK(at);
+    char pod[128];
+    CHECK(sscanf(at, "master in pod %127s", pod) == 1);
+    char path[300];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", admin.ns,
+             pod);
+    json_t *p = NULL;
+    CHECK_EQ(admin_get(path, &p), 200);
+    CHECK_STR(json_str(p, "metadata", "labels", "fiber.role"), "master");
+    CHECK_STR(json_str(p, "status", "phase", NULL), "Failed"); /* 42 */
+    json_t *term = json_object_get(
+        json_object_get(json_array_get(json_object_get(json_object_get(
+                                           p, "status"),
+                                                       "containerStatuses"),
+                                       0),
+                        "state"),
+        "terminated");
+    CHECK_EQ(json_integer_value(json_object_get(term, "exitCode")), 42);
+    json_decref(p);
+    admin_delete_pod(pod);
+}
+
+/* Not a ctest case: run by hand while restarting the API server
+ * (scripts/k8s-local.sh stop; start) to see the watch come back. */
+TEST(helper_job_across_an_api_server_restart)
+{
+    NEED_CLUSTER();
+    int ms = 15000;
+    CHECK_EQ(exitcode_of("sleeper", ms, NULL), 0);
+    fprintf(stderr, "lists: %u\n", fb_k8s_test_lists());
+}
+
+/* ---- start-up figures ----------------------------------------------------------- */
+
+/* Rough start-up figures (bench/bench_k8s.c measures pod create to worker
+ * connected properly): one process at a time, start to exit; then 32 at
+ * once. */
+static double now_ms(void) { return (double)fb_now_ns() / 1e6; }
+
+TEST(start_latency_figures)
+{
+    NEED_CLUSTER();
+    enum { ONE = 5, MANY = 32 };
+    double one[ONE];
+    for (int i = 0; i < ONE; i++) {
+        double t0 = now_ms();
+        CHECK_EQ(exitcode_of("ret_arg", 0, NULL), 0);
+        one[i] = now_ms() - t0;
+    }
+    double t0 = now_ms();
+    fiber_process *ps[MANY];
+    for (int i = 0; i < MANY; i++) {
+        int a = 0;
+        CHECK_OK(fiber_process_start(&ps[i], "ret_arg", &a, sizeof a, NULL));
+    }
+    double created = now_ms() - t0;
+    for (int i = 0; i < MANY; i++) {
+        CHECK_OK(fiber_process_join(ps[i], 120000));
+        fiber_process_free(ps[i]);
+    }
+    double all = now_ms() - t0;
+    double sum = 0;
+    for (int i = 0; i < ONE; i++)
+        sum += one[i];
+    printf("kubernetes: one pod start-to-exit %.0f ms (mean of %d); %d pods "
+           "at once: created in %.0f ms, all exited after %.0f ms\n",
+           sum / ONE, ONE, MANY, created, all);
+}
+
+TH_MAIN()
