@@ -27,7 +27,7 @@ CTEST_ARGS ?=
 # process, pool, queue, manager, ring and security suites (about 8 minutes
 # on 2 cores; the cluster reruns, the tool and the examples are left out).
 VALGRIND_TESTS ?=
-VALGRIND_CI_TESTS ?= ^(test_wire|test_config|test_core|test_process|test_pool|test_queue|test_manager|test_ring|test_security|fuzz_[a-z]+)\.
+VALGRIND_CI_TESTS ?= ^(test_wire|test_config|test_core|test_process|test_pool|test_queue|test_manager|test_ring|test_security|test_secure|es|fuzz_[a-z]+)\.
 
 .PHONY: all deps build run test test-asan fuzz valgrind valgrind-ci bench \
 	install clean
