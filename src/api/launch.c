@@ -80,26 +80,6 @@ static int new_run_id(char *out, size_t size)
 }
 
 
-/* mkdir -p with mode 0700 for the parts that are missing. */
-static int make_dirs(const char *dir)
-{
-    char path[PATH_MAX];
-    if (fb_strlcpy(path, dir, sizeof path) != strlen(dir))
-        return fb_err(FIBER_EINVAL, "path too long: %s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(path, 0700) != 0 && errno != EEXIST)
-                return fb_err_errno(FIBER_ESYS, "cannot create %s", path);
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    return 0;
-}
-
 /* NAME=value entries: does entry set the variable that var sets? */
 static int same_var(const char *entry, const char *var)
 {
@@ -228,7 +208,9 @@ static int start_local(fiber_run *r, const char *const *argv,
         char logs[PATH_MAX - 16];
         rc = fb_run_log_dir(r->name, r->dir, logs, sizeof logs);
         if (rc == 0)
-            rc = make_dirs(logs);
+            rc = fb_make_dirs(logs) == 0
+                     ? 0
+                     : fb_err_errno(FIBER_ESYS, "cannot create %s", logs);
         snprintf(log_path, sizeof log_path, "%s/master.log", logs);
         if (rc == 0 && (log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND |
                                                     O_CLOEXEC,

@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/common.h"
@@ -25,6 +26,19 @@ const struct fb_backend_ops *fb_backend_find(const char *name)
            "kubernetes",
            name);
     return NULL;
+}
+
+int fb_job_program(const struct fb_job_spec *spec, char *out, size_t size)
+{
+    if (strcmp(spec->program, "/proc/self/exe") == 0) {
+        ssize_t n = readlink("/proc/self/exe", out, size - 1);
+        if (n <= 0)
+            return fb_err_errno(FIBER_ESYS, "readlink(/proc/self/exe)");
+        out[n] = '\0';
+    } else if (fb_strlcpy(out, spec->program, size) >= size - 1) {
+        return fb_err(FIBER_EINVAL, "program path is too long");
+    }
+    return 0;
 }
 
 int fb_exit_status_of_code(long long code)

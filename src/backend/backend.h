@@ -145,6 +145,12 @@ struct fb_backend_ops {
     void (*release_job)(struct fb_backend *be, struct fb_job *job);
 };
 
+/* Writes the path of the program spec runs to out: spec->program, with
+ * "/proc/self/exe" (the runtime's default) replaced by the file it links
+ * to, which a job on another host or in a container can execute at the
+ * same path.  Returns 0, FIBER_ESYS or FIBER_EINVAL (too long). */
+int fb_job_program(const struct fb_job_spec *spec, char *out, size_t size);
+
 /* Marks job as ended with status (an exit code >= 0, or -signal). */
 static inline void fb_job_exited(struct fb_job *job, int status)
 {

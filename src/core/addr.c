@@ -22,8 +22,10 @@
 #include "core/addr.h"
 #include "core/common.h"
 
-/* Writes the IPv4 address of interface name to out; 0, or -1 if it has
- * none.  names collects the interfaces seen, for messages. */
+/* Writes to out the IPv4 address of interface name, or, with name NULL,
+ * of the first interface that is up and not loopback.  Returns 0, or -1
+ * if there is none.  names (names_size > 0) collects the interfaces that
+ * have an IPv4 address, for messages. */
 static int iface_addr(const char *name, char *out, size_t size, char *names,
                       size_t names_size)
 {
@@ -42,7 +44,10 @@ static int iface_addr(const char *name, char *out, size_t size, char *names,
                              used ? ", " : "", i->ifa_name);
             used += n > 0 ? (size_t)n : 0;
         }
-        if (found == 0 || strcmp(i->ifa_name, name) != 0)
+        int match = name ? strcmp(i->ifa_name, name) == 0
+                         : (i->ifa_flags & IFF_UP) &&
+                               !(i->ifa_flags & IFF_LOOPBACK);
+        if (found == 0 || !match)
             continue;
         const struct sockaddr_in *sin = (const void *)i->ifa_addr;
         if (inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)size))
@@ -70,25 +75,6 @@ static int default_route_iface(char *name, size_t size)
     return found;
 }
 
-/* The first interface that is up, not loopback, with an IPv4 address. */
-static int first_iface(char *out, size_t size)
-{
-    struct ifaddrs *all;
-    if (getifaddrs(&all) != 0)
-        return -1;
-    int found = -1;
-    for (struct ifaddrs *i = all; i && found; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
-            !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
-            continue;
-        const struct sockaddr_in *sin = (const void *)i->ifa_addr;
-        if (inet_ntop(AF_INET, &sin->sin_addr, out, (socklen_t)size))
-            found = 0;
-    }
-    freeifaddrs(all);
-    return found;
-}
-
 int fb_listen_host_resolve(struct fb_config *c, int loopback_ok)
 {
     if (strcmp(c->listen_host, "auto") != 0)
@@ -107,7 +93,7 @@ int fb_listen_host_resolve(struct fb_config *c, int loopback_ok)
         char ifname[64];
         if ((default_route_iface(ifname, sizeof ifname) != 0 ||
              iface_addr(ifname, addr, sizeof addr, NULL, 0) != 0) &&
-            first_iface(addr, sizeof addr) != 0)
+            iface_addr(NULL, addr, sizeof addr, NULL, 0) != 0)
             return fb_err(FIBER_ECONFIG,
                           "the %s backend's jobs need an address of this "
                           "host that other machines reach, and none was "

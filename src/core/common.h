@@ -42,6 +42,10 @@ int fb_ms_left(uint64_t deadline_ms);
  * truncated to size). */
 void fb_hex(const unsigned char *p, size_t n, char *out, size_t size);
 
+/* Creates dir and its missing parents with mode 0700, like mkdir -p.
+ * Returns 0 or -1 with errno set (ENAMETOOLONG, ENOENT for ""). */
+int fb_make_dirs(const char *dir);
+
 /* Makes a directory only this user can use (mode 0700), or checks that an
  * existing one is ours and private.  Returns 0 or FIBER_ESYS with a
  * message naming the path. */

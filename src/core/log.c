@@ -63,34 +63,6 @@ int fb_log_enabled(int level) { return level <= log_level; }
 
 /* ---- the log file -------------------------------------------------------- */
 
-/* Creates dir and its missing parents with mode 0700, like mkdir -p.
- * Returns 0 or -1 with errno set. */
-static int make_dirs(const char *dir)
-{
-    char path[PATH_MAX];
-    if (dir[0] == '\0') {
-        errno = ENOENT;
-        return -1;
-    }
-    if (fb_strlcpy(path, dir, sizeof path) != strlen(dir)) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    /* Each '/' after the first character ends a parent; the loop's last
-     * round creates dir itself. */
-    for (char *slash = path + 1;; slash++) {
-        if (*slash != '/' && *slash != '\0')
-            continue;
-        char saved = *slash;
-        *slash = '\0';
-        if (mkdir(path, 0700) != 0 && errno != EEXIST)
-            return -1;
-        *slash = saved;
-        if (saved == '\0')
-            return 0;
-    }
-}
-
 /* Copies proc_name into buf as a safe file name: every byte outside
  * [A-Za-z0-9_.-] and a leading '.' become '_', so a name cannot leave the
  * directory (no '/', no "..") or hide the file. */
@@ -131,7 +103,7 @@ int fb_log_to_dir(const char *dir, const char *proc_name)
     char path[PATH_MAX];
     file_name_of(proc_name ? proc_name : log_name, file_name,
                  sizeof file_name);
-    if (make_dirs(dir) != 0)
+    if (fb_make_dirs(dir) != 0)
         return fb_err_errno(FIBER_ESYS, "cannot create log directory %s",
                             dir);
     int len = snprintf(path, sizeof path, "%s/%s.log", dir, file_name);

@@ -2,6 +2,7 @@
  * util.c -- clocks, deadlines and string helpers.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -59,6 +60,32 @@ void fb_hex(const unsigned char *p, size_t n, char *out, size_t size)
         out[2 * i + 1] = digits[p[i] & 15];
     }
     out[2 * i] = '\0';
+}
+
+int fb_make_dirs(const char *dir)
+{
+    char path[PATH_MAX];
+    if (dir[0] == '\0') {
+        errno = ENOENT;
+        return -1;
+    }
+    if (fb_strlcpy(path, dir, sizeof path) != strlen(dir)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    /* Each '/' after the first character ends a parent; the loop's last
+     * round creates dir itself. */
+    for (char *slash = path + 1;; slash++) {
+        if (*slash != '/' && *slash != '\0')
+            continue;
+        char saved = *slash;
+        *slash = '\0';
+        if (mkdir(path, 0700) != 0 && errno != EEXIST)
+            return -1;
+        *slash = saved;
+        if (saved == '\0')
+            return 0;
+    }
 }
 
 int fb_private_dir(const char *path)

@@ -106,23 +106,6 @@ static int api_minor_of(const char *version)
     return *end == '\0' && minor >= 0 && minor < 1000 ? (int)minor : -1;
 }
 
-/* Makes path and its missing parents (mode 0700).  Returns 0 or -1. */
-static int make_dirs(const char *path)
-{
-    char p[PATH_MAX];
-    if (fb_strlcpy(p, path, sizeof p) >= sizeof p - 1)
-        return -1;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST)
-            return -1;
-        *s = '/';
-    }
-    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Returns 1 if path lies inside dir. */
 static int inside(const char *path, const char *dir)
 {
@@ -486,15 +469,7 @@ static int check_spec(struct fb_backend *be, const struct fb_job_spec *spec,
                       "and restart dockerd, or run the job without GPUs",
                       spec->name, o->gpu, be->cfg->docker_socket,
                       ds->runtimes, ds->api_minor, GPU_API_MINOR);
-    if (strcmp(spec->program, "/proc/self/exe") == 0) {
-        ssize_t n = readlink("/proc/self/exe", program, size - 1);
-        if (n <= 0)
-            return fb_err_errno(FIBER_ESYS, "readlink(/proc/self/exe)");
-        program[n] = '\0';
-    } else if (fb_strlcpy(program, spec->program, size) >= size - 1) {
-        return fb_err(FIBER_EINVAL, "program path is too long");
-    }
-    return 0;
+    return fb_job_program(spec, program, size);
 }
 
 /* POST /containers/create.  Fills dj->id. */
@@ -668,7 +643,7 @@ static int docker_create_job(struct fb_backend *be,
     int rc = check_spec(be, spec, &image, program, sizeof program);
     if (rc)
         return rc;
-    if (spec->log_dir && spec->log_dir[0] && make_dirs(spec->log_dir) != 0)
+    if (spec->log_dir && spec->log_dir[0] && fb_make_dirs(spec->log_dir) != 0)
         return fb_err_errno(FIBER_ESYS, "cannot create log directory %s",
                             spec->log_dir);
     uint64_t t0 = fb_now_ms();

@@ -563,29 +563,6 @@ void fb_k8s_watch_free(struct fb_k8s_watch *w)
 
 /* ---- names --------------------------------------------------------------- */
 
-int fb_k8s_escape(const char *s, char *buf, size_t size)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t k = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        int plain = isalnum(*p) || *p == '-' || *p == '_' || *p == '.' ||
-                    *p == '~';
-        if (k + (plain ? 1 : 3) >= size)
-            return -1;
-        if (plain) {
-            buf[k++] = (char)*p;
-        } else {
-            buf[k++] = '%';
-            buf[k++] = hex[*p >> 4];
-            buf[k++] = hex[*p & 15];
-        }
-    }
-    if (k >= size)
-        return -1;
-    buf[k] = '\0';
-    return 0;
-}
-
 char *fb_k8s_dns_name(const char *s, char *buf, size_t size)
 {
     size_t k = 0;

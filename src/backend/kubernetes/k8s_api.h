@@ -122,10 +122,6 @@ int fb_k8s_watch_pump(struct fb_k8s_watch *w, int wake_fd, int timeout_ms);
 /* Stops the watch (if running) and frees what it holds; w is zeroed. */
 void fb_k8s_watch_free(struct fb_k8s_watch *w);
 
-/* URL-encodes s into buf (everything but unreserved characters).
- * Returns 0, or -1 if it does not fit. */
-int fb_k8s_escape(const char *s, char *buf, size_t size);
-
 /* Turns s into a DNS-1123 label part: lower case, [a-z0-9-], at most
  * size-1 bytes.  Returns buf. */
 char *fb_k8s_dns_name(const char *s, char *buf, size_t size);

@@ -826,15 +826,7 @@ static int check_spec(struct fb_backend *be, const struct fb_job_spec *spec,
                       "(FIBER_IMAGE) or the job's image option (`fiber image "
                       "build` makes one; push it to the cluster's registry)",
                       spec->name);
-    if (strcmp(spec->program, "/proc/self/exe") == 0) {
-        ssize_t n = readlink("/proc/self/exe", program, size - 1);
-        if (n <= 0)
-            return fb_err_errno(FIBER_ESYS, "readlink(/proc/self/exe)");
-        program[n] = '\0';
-    } else if (fb_strlcpy(program, spec->program, size) >= size - 1) {
-        return fb_err(FIBER_EINVAL, "program path is too long");
-    }
-    return 0;
+    return fb_job_program(spec, program, size);
 }
 
 static int delete_pod(struct k8s_state *ks, const char *pod, long grace_s);

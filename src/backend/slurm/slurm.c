@@ -92,7 +92,6 @@ struct cancel {
 struct slurm_state {
     char sbatch[PATH_MAX], squeue[PATH_MAX], scontrol[PATH_MAX],
         scancel[PATH_MAX];
-    char program[PATH_MAX]; /* /proc/self/exe, resolved */
     char cwd[PATH_MAX - 128];
     char dir[PATH_MAX - 128]; /* the run's folder (room left for names) */
     char secret_path[PATH_MAX];
@@ -481,23 +480,6 @@ int fb_slurm_describe(char *detail, size_t size)
 
 /* ---- init and fini ------------------------------------------------------- */
 
-static int make_dirs(const char *path)
-{
-    char tmp[PATH_MAX];
-    fb_strlcpy(tmp, path, sizeof tmp);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
-
 static int find_tools(struct slurm_state *s)
 {
     static const char *const names[] = {"sbatch", "squeue", "scontrol",
@@ -597,10 +579,6 @@ static int slurm_init(struct fb_backend *be)
         rc = check_cluster(s, cfg);
     if (rc)
         return rc;
-    ssize_t n = readlink("/proc/self/exe", s->program, sizeof s->program - 1);
-    if (n <= 0)
-        return fb_err_errno(FIBER_ESYS, "slurm: readlink /proc/self/exe");
-    s->program[n] = '\0';
     if (!getcwd(s->cwd, sizeof s->cwd))
         return fb_err_errno(FIBER_ESYS, "slurm: getcwd");
     const char *run = fb_rt()->run_id;
@@ -616,7 +594,7 @@ static int slurm_init(struct fb_backend *be)
     int len = snprintf(s->dir, sizeof s->dir, "%s/%s", base, run);
     if (len < 0 || (size_t)len >= sizeof s->dir)
         return fb_err(FIBER_ECONFIG, "slurm_dir '%s' is too long", base);
-    if (make_dirs(s->dir) != 0 || chmod(s->dir, 0700) != 0)
+    if (fb_make_dirs(s->dir) != 0 || chmod(s->dir, 0700) != 0)
         return fb_err_errno(FIBER_ESYS,
                             "slurm: cannot make the run folder %s (the "
                             "slurm_dir key)",
@@ -723,9 +701,10 @@ static int write_secret(struct slurm_state *s, const void *secret, size_t len)
     return 0;
 }
 
-/* The script branch that runs one job: its environment, then the program. */
+/* The script branch that runs one job: its environment, then the program.
+ * Returns 0 or FIBER_ENOMEM. */
 static int make_branch(struct slurm_state *s, const struct fb_job_spec *spec,
-                       fiber_buf *b)
+                       const char *program, fiber_buf *b)
 {
     int rc = 0;
     for (char *const *e = spec->env; rc == 0 && e && *e; e++) {
@@ -743,9 +722,6 @@ static int make_branch(struct slurm_state *s, const struct fb_job_spec *spec,
         rc = fb_slurm_shell_quote(b, var);
     if (rc == 0)
         rc = fiber_buf_append(b, "\nexec ", 6);
-    const char *program = strcmp(spec->program, "/proc/self/exe") == 0
-                              ? s->program
-                              : spec->program;
     if (rc == 0)
         rc = fb_slurm_shell_quote(b, program);
     for (char *const *a = spec->argv + (spec->argv[0] ? 1 : 0);
@@ -940,11 +916,14 @@ static int slurm_create_job(struct fb_backend *be,
                       "job '%s': the slurm backend runs the program itself, "
                       "not an image",
                       spec->name);
-    int rc = write_secret(s, spec->secret, spec->secret_len);
+    char program[PATH_MAX];
+    int rc = fb_job_program(spec, program, sizeof program);
+    if (rc == 0)
+        rc = write_secret(s, spec->secret, spec->secret_len);
     if (rc)
         return rc;
     fb_strlcpy(j->name, spec->name, sizeof j->name);
-    if (make_branch(s, spec, &j->branch) != 0 ||
+    if (make_branch(s, spec, program, &j->branch) != 0 ||
         make_opts(s, spec, &j->sopts) != 0) {
         fiber_buf_free(&j->branch);
         fiber_buf_free(&j->sopts);
