@@ -86,7 +86,9 @@ enum stop_mode { STOP_TERM, STOP_KILL, STOP_CANCEL };
 
 struct cancel {
     char id[48];
-    int mode; /* enum stop_mode */
+    int force;   /* SIGKILL rather than SIGTERM */
+    int running; /* squeue said RUNNING (when asked, or last poll) */
+    int mode;    /* enum stop_mode, chosen by classify() */
 };
 
 struct slurm_state {
@@ -211,12 +213,14 @@ int fb_slurm_parse_job(const char *line, char *state, size_t size,
 
 /* ---- the state thread ---------------------------------------------------- */
 
-static void add_cancel(struct slurm_state *s, const char *id, int mode)
+/* Queues a stop of job id for the thread; mu held. */
+static void add_cancel(struct slurm_state *s, const char *id, int force,
+                       int running)
 {
     for (size_t i = 0; i < s->n_cancels; i++) {
         if (strcmp(s->cancels[i].id, id) == 0) {
-            if (mode > s->cancels[i].mode)
-                s->cancels[i].mode = mode;
+            s->cancels[i].force |= force;
+            s->cancels[i].running |= running;
             return;
         }
     }
@@ -232,7 +236,9 @@ static void add_cancel(struct slurm_state *s, const char *id, int mode)
     }
     struct cancel *c = &s->cancels[s->n_cancels++];
     fb_strlcpy(c->id, id, sizeof c->id);
-    c->mode = mode;
+    c->force = force;
+    c->running = running;
+    c->mode = STOP_CANCEL;
 }
 
 /* Runs one scancel for the ids in list whose mode is mode:
@@ -283,14 +289,6 @@ static void run_scancel(struct slurm_state *s, struct cancel *list, size_t n,
     fiber_buf_free(&out);
     fiber_buf_free(&err);
     free(argv);
-}
-
-static void run_scancels(struct slurm_state *s, struct cancel *list,
-                         size_t n)
-{
-    run_scancel(s, list, n, STOP_CANCEL);
-    run_scancel(s, list, n, STOP_TERM);
-    run_scancel(s, list, n, STOP_KILL);
 }
 
 /* A job that left the queue: asks scontrol how it ended. */
@@ -346,6 +344,47 @@ static const char *queue_line(const fiber_buf *out, const char *id)
             p++;
     }
     return NULL;
+}
+
+/* Chooses how to stop each job of list, asking squeue for their states
+ * now: a job that started after the last poll must get a signal (a
+ * cancel takes seconds to reach it), and one still pending a plain
+ * cancel.  If squeue cannot be asked, the last poll's word stands. */
+static void classify(struct slurm_state *s, struct cancel *list, size_t n)
+{
+    fiber_buf ids = {0}, out = {0}, err = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            fiber_buf_append(&ids, ",", 1);
+        fiber_buf_append(&ids, list[i].id, strlen(list[i].id));
+    }
+    int rc = fiber_buf_append(&ids, "", 1);
+    char *argv[] = {s->squeue, "-h", "-r", "-j", (char *)ids.data,
+                    "-o", "%i %T", NULL};
+    if (rc == 0)
+        rc = fb_slurm_run(argv, &out, &err, TOOL_TIMEOUT_MS);
+    if (rc == 0)
+        rc = fiber_buf_append(&out, "", 1);
+    for (size_t i = 0; i < n; i++) {
+        struct cancel *c = &list[i];
+        if (rc == 0) {
+            const char *state = queue_line(&out, c->id);
+            c->running = state && strncmp(state, "RUNNING", 7) == 0;
+        }
+        c->mode = !c->running ? STOP_CANCEL : c->force ? STOP_KILL : STOP_TERM;
+    }
+    fiber_buf_free(&ids);
+    fiber_buf_free(&out);
+    fiber_buf_free(&err);
+}
+
+static void run_scancels(struct slurm_state *s, struct cancel *list,
+                         size_t n)
+{
+    classify(s, list, n);
+    run_scancel(s, list, n, STOP_CANCEL);
+    run_scancel(s, list, n, STOP_TERM);
+    run_scancel(s, list, n, STOP_KILL);
 }
 
 static void query_queue(struct slurm_state *s)
@@ -1043,8 +1082,7 @@ static int slurm_signal_job(struct fb_backend *be, struct fb_job *job,
         j->status = force ? -SIGKILL : -SIGTERM;
     } else if (!j->ended) {
         j->killed |= force;
-        add_cancel(s, j->id,
-                   !j->running ? STOP_CANCEL : force ? STOP_KILL : STOP_TERM);
+        add_cancel(s, j->id, force, j->running);
         pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1086,7 +1124,7 @@ static void slurm_release_job(struct fb_backend *be, struct fb_job *job)
     struct sjob *j = job->priv;
     pthread_mutex_lock(&s->mu);
     if (j->id[0] && !j->ended)
-        add_cancel(s, j->id, j->running ? STOP_KILL : STOP_CANCEL);
+        add_cancel(s, j->id, 1, j->running);
     if (j->prev)
         j->prev->next = j->next;
     else if (s->jobs == j)
