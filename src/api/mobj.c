@@ -133,7 +133,8 @@ static struct dentry **dict_slot(struct dict *d, const fiber_iov *key,
     struct dentry **pp = &d->buckets[hash % d->n_buckets];
     for (; *pp; pp = &(*pp)->chain)
         if ((*pp)->hash == hash && (*pp)->key.len == key->len &&
-            memcmp((*pp)->key.data, key->data, key->len) == 0)
+            (key->len == 0 || /* an empty key may have no data at all */
+             memcmp((*pp)->key.data, key->data, key->len) == 0))
             break;
     return pp;
 }
