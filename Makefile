@@ -11,6 +11,9 @@
 #   make valgrind   the test cases under valgrind memcheck, children
 #                   included (build-vg/); VALGRIND_TESTS='regex' picks cases
 #   make valgrind-ci  the subset CI runs (VALGRIND_CI_TESTS)
+#   make python     build the Python package in place (python/fiber/_fiber*.so)
+#                   in the virtual environment build/venv
+#   make test-python  its pytest suite (also part of make test)
 #   make bench      build, then run the benchmarks
 #   make install    install to PREFIX (default /usr/local), honours DESTDIR
 #   make clean      remove build directories
@@ -29,8 +32,11 @@ CTEST_ARGS ?=
 VALGRIND_TESTS ?=
 VALGRIND_CI_TESTS ?= ^(test_wire|test_config|test_core|test_process|test_pool|test_queue|test_manager|test_ring|test_security|test_secure|es|fuzz_[a-z]+)\.
 
+VENV ?= $(BUILD)/venv
+PYTEST_ARGS ?=
+
 .PHONY: all deps build run test test-asan fuzz valgrind valgrind-ci bench \
-	install clean
+	install clean python test-python
 
 all: build
 
@@ -46,8 +52,21 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	FIBER_BACKEND=local $(BUILD)/bin/es --env cartpole
 
-test: build
+test: build python
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	$(MAKE) --no-print-directory test-python
+
+# The extension links the libfiber.a CMake just built; `pip install
+# ./python` builds the same extension from libfiber's sources instead.
+python: build
+	@scripts/python-env.sh $(VENV)
+	cd python && FIBER_STATIC_LIB=$(abspath $(BUILD))/lib/libfiber.a \
+	  $(abspath $(VENV))/bin/python setup.py -q build_ext --inplace \
+	  --build-temp $(abspath $(BUILD))/python-temp
+
+test-python: python
+	cd python && PYTHONPATH=$(CURDIR)/python $(abspath $(VENV))/bin/python \
+	  -m pytest -q -p no:cacheprovider tests $(PYTEST_ARGS)
 
 test-asan: deps
 	cmake -S . -B build-asan -DFIBER_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug

@@ -1,17 +1,19 @@
 #!/bin/sh
 # Installs the Debian packages fiber needs that are missing, and nothing
-# else.  Usage: scripts/deps.sh [build|fuzz|valgrind]   (default: build)
+# else.  Usage: scripts/deps.sh [build|fuzz|valgrind|python]   (default: build)
 set -eu
 
 build_pkgs="cmake make gcc pkg-config libinih-dev libsodium-dev libjansson-dev libcurl4-openssl-dev python3"
 fuzz_pkgs="clang libclang-rt-14-dev"
 valgrind_pkgs="valgrind"
+python_pkgs="python3-dev python3-venv"
 
 case "${1:-build}" in
   build) want="$build_pkgs" ;;
   fuzz)  want="$build_pkgs $fuzz_pkgs" ;;
   valgrind) want="$build_pkgs $valgrind_pkgs" ;;
-  *) echo "usage: $0 [build|fuzz|valgrind]" >&2; exit 2 ;;
+  python) want="$build_pkgs $python_pkgs" ;;
+  *) echo "usage: $0 [build|fuzz|valgrind|python]" >&2; exit 2 ;;
 esac
 
 missing=""

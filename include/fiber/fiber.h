@@ -228,6 +228,30 @@ FIBER_API const char *fiber_run_id(void);
 /* Returns the library version string, "0.1.0". */
 FIBER_API const char *fiber_version(void);
 
+/* Sets the command every job of this run starts with, for language
+ * bindings whose program is an interpreter and a script (the Python
+ * package runs its jobs as `python3 -m fiber._bootstrap`).  argv is
+ * NULL-terminated: argv[0] is the absolute path of the executable, which a
+ * job on another host or in a container runs at the same path; a job gets
+ * these arguments followed by "--fiber-job=<name>".  env (may be NULL) is
+ * NULL-terminated "NAME=value" strings added to every job's environment
+ * (after the configuration's FIBER_* variables; FIBER_BOOT_* names are
+ * refused).  argv NULL restores the default: the master's own executable,
+ * as a C program's jobs run.  Both are copied.
+ *
+ * The job command runs the same fiber code as the master: a child calls
+ * fiber_init() like any other, and the build id (see fiber_init) covers
+ * both the executable and the shared object libfiber is linked into, so a
+ * child with another build of the binding is refused.
+ *
+ * May be called before or after fiber_init(), in the master, before the
+ * first job starts.  Returns 0, FIBER_EINVAL (a relative program path,
+ * more than 32 arguments, a malformed env entry), FIBER_ESTATE (a job has
+ * already started), FIBER_ENOTSUP (in a child), FIBER_ENOMEM; nothing
+ * changes on failure. */
+FIBER_API int fiber_job_command_set(const char *const *argv,
+                                    const char *const *env);
+
 /* ------------------------------------------------------------------------
  * Configuration
  *
@@ -341,6 +365,11 @@ FIBER_API int fiber_process_join(fiber_process *p, int timeout_ms);
  * ended after terminate_grace_ms, kills it (SIGKILL).  Does not wait; use
  * fiber_process_join().  Terminating an ended job is a no-op returning 0. */
 FIBER_API int fiber_process_terminate(fiber_process *p);
+
+/* Kills the job at once (SIGKILL for local processes; the engine's
+ * forced stop elsewhere), as Python's Process.kill().  Does not wait.
+ * Killing an ended job is a no-op returning 0. */
+FIBER_API int fiber_process_kill(fiber_process *p);
 
 /* Returns 1 while the job runs, 0 once it has ended, or a negative code. */
 FIBER_API int fiber_process_is_alive(fiber_process *p);
@@ -493,6 +522,16 @@ FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
                                   const fiber_iov *in, size_t n,
                                   fiber_buf *out, int *codes,
                                   size_t chunksize);
+
+/* fiber_pool_map_bufs without waiting: in (and the bytes it points to),
+ * out and codes must stay valid until the future is ready, and the
+ * future must not be freed before then (free waits for it).
+ * fiber_future_get() then returns what map_bufs would have; the results
+ * are in out and codes, not in get's buffer. */
+FIBER_API int fiber_pool_map_bufs_async(fiber_pool *p, const char *task,
+                                        const fiber_iov *in, size_t n,
+                                        fiber_buf *out, int *codes,
+                                        size_t chunksize, fiber_future **f);
 
 /* Starts task over n fixed-size input records and returns an iterator over
  * the results: in order of input when ordered is 1 (imap), in order of

@@ -660,15 +660,16 @@ FIBER_API int fiber_pool_map(fiber_pool *p, const char *task, const void *in,
     return rc;
 }
 
-FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
-                                  const fiber_iov *in, size_t n,
-                                  fiber_buf *out, int *codes, size_t chunksize)
+FIBER_API int fiber_pool_map_bufs_async(fiber_pool *p, const char *task,
+                                        const fiber_iov *in, size_t n,
+                                        fiber_buf *out, int *codes,
+                                        size_t chunksize, fiber_future **f)
 {
     int rc = check_pool(p);
     if (rc)
         return rc;
-    if (n && (!in || !out))
-        return fb_err(FIBER_EINVAL, "map_bufs: in or out is NULL");
+    if (!f || (n && (!in || !out)))
+        return fb_err(FIBER_EINVAL, "map_bufs: f, in or out is NULL");
     pthread_mutex_lock(&p->mu);
     rc = can_submit(p, task);
     for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -677,7 +678,6 @@ FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
             rc = fb_err(FIBER_EINVAL, "input %zu is NULL with a length", i);
     }
     struct fb_batch *b = NULL;
-    fiber_future *f = NULL;
     if (rc == 0 && !(b = batch_new(p, B_BUFS, task, n)))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     if (rc == 0) {
@@ -685,9 +685,19 @@ FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
         b->bufs = out;
         b->codes = codes;
         b->chunksize = chunksize;
-        rc = submit_map(p, b, &f);
+        rc = submit_map(p, b, f);
     }
     pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
+                                  const fiber_iov *in, size_t n,
+                                  fiber_buf *out, int *codes, size_t chunksize)
+{
+    fiber_future *f = NULL;
+    int rc = fiber_pool_map_bufs_async(p, task, in, n, out, codes, chunksize,
+                                       &f);
     if (rc)
         return rc;
     rc = fiber_future_get(f, NULL, -1);

@@ -920,7 +920,9 @@ void fb_pool_run_callbacks(struct fiber_pool *p)
         if (!p->cb_head)
             p->cb_tail = NULL;
         b->cb_next = NULL;
-        b->cb_pending = 0;
+        /* cb_pending stays set while the callback runs without the lock,
+         * so that a fiber_future_free on another thread leaves the batch
+         * (and the result the callback reads) to this loop to free. */
         if (b->cb) {
             int rc = b->rc;
             p->callbacks_running++;
@@ -932,6 +934,7 @@ void fb_pool_run_callbacks(struct fiber_pool *p)
             p->callbacks_running--;
             pthread_cond_broadcast(&p->cond);
         }
+        b->cb_pending = 0;
         if (!b->has_handle)
             fb_batch_free(b);
     }

@@ -161,6 +161,19 @@ FIBER_API int fiber_process_terminate(fiber_process *p)
     return rc;
 }
 
+FIBER_API int fiber_process_kill(fiber_process *p)
+{
+    int rc = check(p);
+    if (rc)
+        return rc;
+    fb_rt_lock();
+    rc = p->job->ended || !p->job->job
+             ? 0
+             : fb_backend_signal_job(fb_rt()->backend, p->job->job, 1);
+    fb_rt_unlock();
+    return rc;
+}
+
 FIBER_API int fiber_process_is_alive(fiber_process *p)
 {
     int rc = check(p);

@@ -407,19 +407,96 @@ static int config_env(char **env, size_t *n, size_t cap)
     return 0;
 }
 
-static void free_env(char **env)
+static size_t strv_len(const char *const *v)
 {
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    return n;
+}
+
+static void strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* A NULL-terminated deep copy of v, or NULL when out of memory. */
+static char **strv_dup(const char *const *v)
+{
+    size_t n = strv_len(v);
+    char **c = calloc(n + 1, sizeof *c);
+    for (size_t i = 0; c && i < n; i++) {
+        if (!(c[i] = strdup(v[i]))) {
+            strv_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+static int env_entry_valid(const char *e)
+{
+    const char *eq = strchr(e, '=');
+    if (!eq || eq == e)
+        return 0;
+    for (const char *p = e; p < eq; p++)
+        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+              (*p >= '0' && *p <= '9') || *p == '_'))
+            return 0;
+    return strncmp(e, "FIBER_BOOT_", 11) != 0;
+}
+
+FIBER_API int fiber_job_command_set(const char *const *argv,
+                                    const char *const *env)
+{
+    fb_err_clear();
+    if (argv && (!argv[0] || argv[0][0] != '/'))
+        return fb_err(FIBER_EINVAL, "the job command's program must be an "
+                                    "absolute path");
+    if (argv && strv_len(argv) > 32)
+        return fb_err(FIBER_EINVAL, "the job command has more than 32 "
+                                    "arguments");
     for (size_t i = 0; env && env[i]; i++)
-        free(env[i]);
-    free(env);
+        if (!env_entry_valid(env[i]))
+            return fb_err(FIBER_EINVAL,
+                          "job command environment entry '%.60s' is not "
+                          "NAME=value (or names a FIBER_BOOT_ variable)",
+                          env[i]);
+    char **a = argv ? strv_dup(argv) : NULL;
+    char **e = env ? strv_dup(env) : NULL;
+    if ((argv && !a) || (env && !e)) {
+        strv_free(a);
+        strv_free(e);
+        return fb_err(FIBER_ENOMEM, "out of memory copying the job command");
+    }
+    fb_rt_lock();
+    int rc = 0;
+    if (rt.initialized && !rt.master)
+        rc = fb_err(FIBER_ENOTSUP, "only the master sets the job command");
+    else if (rt.next_job_id > 0)
+        rc = fb_err(FIBER_ESTATE, "the job command must be set before the "
+                                  "first job starts");
+    if (rc == 0) {
+        strv_free(rt.job_argv);
+        strv_free(rt.job_env);
+        rt.job_argv = a;
+        rt.job_env = e;
+    }
+    fb_rt_unlock();
+    if (rc) {
+        strv_free(a);
+        strv_free(e);
+    }
+    return rc;
 }
 
 static char **job_env(const struct fb_jobrec *j, const fiber_job_opts *opts)
 {
-    size_t n_user = 0;
-    while (opts && opts->env && opts->env[n_user])
-        n_user++;
-    size_t cap = n_user + 64, n = 0;
+    size_t n_user = strv_len(opts ? opts->env : NULL);
+    size_t n_cmd = strv_len((const char *const *)rt.job_env);
+    size_t cap = n_user + n_cmd + 64, n = 0;
     char **env = calloc(cap, sizeof *env);
     if (!env)
         return NULL;
@@ -438,12 +515,15 @@ static char **job_env(const struct fb_jobrec *j, const fiber_job_opts *opts)
     }
     if (config_env(env, &n, cap) != 0)
         goto fail;
+    for (size_t i = 0; i < n_cmd; i++)
+        if (!(env[n++] = strdup(rt.job_env[i])))
+            goto fail;
     for (size_t i = 0; i < n_user; i++)
         if (!(env[n++] = strdup(opts->env[i])))
             goto fail;
     return env;
 fail:
-    free_env(env);
+    strv_free(env);
     return NULL;
 }
 
@@ -499,7 +579,21 @@ static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
         return fb_err(FIBER_ENOMEM, "out of memory building job environment");
     char flag[96];
     snprintf(flag, sizeof flag, "--fiber-job=%s", j->name);
-    char *argv[] = {rt.argv0, flag, NULL};
+    /* argv: the job command's (a binding's interpreter and its arguments)
+     * or this program's name, then the flag that shows the job in ps. */
+    char *argv[36];
+    size_t argc = 0;
+    if (rt.job_argv && !program) {
+        while (rt.job_argv[argc]) {
+            argv[argc] = rt.job_argv[argc];
+            argc++;
+        }
+        program = rt.job_argv[0];
+    } else {
+        argv[argc++] = rt.argv0;
+    }
+    argv[argc++] = flag;
+    argv[argc] = NULL;
     struct fb_job_spec spec = {
         .program = program ? program : "/proc/self/exe",
         .argv = argv,
@@ -513,7 +607,7 @@ static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
         .log_dir = rt.log_dir,
     };
     int rc = fb_backend_create_job(rt.backend, &spec, &j->job);
-    free_env(env);
+    strv_free(env);
     if (rc)
         return rc;
     link_job(j);

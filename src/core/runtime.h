@@ -166,6 +166,8 @@ struct fb_runtime {
     char build_id[FB_WIRE_BUILD_ID_MAX + 1];
     char run_id[32];
     char argv0[256];
+    char **job_argv;    /* fiber_job_command_set: program and arguments */
+    char **job_env;     /* and extra NAME=value strings; NULL: none */
     char run_dir[512];  /* "" until the listener starts */
     char log_dir[512];  /* effective log directory for children */
     char address[600];  /* what children dial */

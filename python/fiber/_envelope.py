@@ -1,0 +1,201 @@
+"""The bytes a Python task travels in, and the bytes its answer comes back in.
+
+A task (master to worker)::
+
+    "FPY1" kind:u8 flags:u8 0:u16 func_len:u32 body_len:u32 nbufs:u32
+    func   (the pickled callable)
+    body   (the pickled arguments; what they are depends on kind)
+    nbufs x len:u64, then the out-of-band buffers back to back
+
+An answer (worker to master)::
+
+    "FPR1" status:u8 0:u8 0:u16 body_len:u32 nbufs:u32
+    body   (the pickled value, or for status ERROR (exception, traceback text))
+    nbufs x len:u64, then the buffers
+
+Pickles use protocol 5: a buffer of OOB_MIN bytes or more (a numpy array's
+data) travels out of band, copied once into the message instead of once
+into the pickle and again into the message.
+"""
+import pickle
+import struct
+
+_TASK = struct.Struct("<4sBBHIII")
+_ANSWER = struct.Struct("<4sBBHII")
+_LEN = struct.Struct("<Q")
+TASK_MAGIC = b"FPY1"
+ANSWER_MAGIC = b"FPR1"
+
+CALL = 0    # body: (args, kwargs)              -> func(*args, **kwargs)
+ONE = 1     # body: item                        -> func(item)
+STAR = 2    # body: tuple                       -> func(*item)
+INIT = 3    # a pool initializer, as CALL; a failure ends the worker
+PROC = 4    # func: a Process object            -> its run(); an exit code
+CHUNK = 5   # body: list of items (flags STAR)  -> [func(item) ...]
+
+F_STAR = 1
+
+OK = 0
+ERROR = 1
+
+OOB_MIN = 1 << 16
+
+
+def _dumps(obj, bufs):
+    def keep(pb):
+        if pb.raw().nbytes < OOB_MIN:
+            return True  # in band
+        bufs.append(pb)
+        return False
+    return pickle.dumps(obj, protocol=5, buffer_callback=keep)
+
+
+def _pack_bufs(bufs):
+    if not bufs:
+        return b""
+    views = [b.raw() for b in bufs]
+    return b"".join([_LEN.pack(v.nbytes) for v in views] + views)
+
+
+def _unpack_bufs(view, off, n):
+    """Copies n buffers out of view from off; returns (buffers, end)."""
+    lens = []
+    for _ in range(n):
+        lens.append(_LEN.unpack_from(view, off)[0])
+        off += 8
+    out = []
+    for ln in lens:
+        out.append(bytearray(view[off:off + ln]))
+        off += ln
+    return out, off
+
+
+class PicklingError(pickle.PicklingError):
+    """An argument, a result or a callable that cannot be pickled."""
+
+
+def dumps_callable(func):
+    """Pickles func by reference, or by value with cloudpickle when it has no
+    importable name (a lambda, a closure, a function defined in another)."""
+    try:
+        return pickle.dumps(func, protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        first = e
+    try:
+        import cloudpickle
+    except ImportError:
+        raise PicklingError(
+            "cannot send %r to a worker: %s. It has no importable name (a "
+            "lambda, a closure or a function defined inside another); define "
+            "it at module level, or install cloudpickle (pip install "
+            "cloudpickle) and fiber will send it by value" % (func, first)
+        ) from None
+    try:
+        return cloudpickle.dumps(func, protocol=5)
+    except Exception as e:
+        raise PicklingError("cannot send %r to a worker, even with "
+                            "cloudpickle: %s" % (func, e)) from None
+
+
+def _name(func):
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) \
+        or repr(func)
+
+
+def task(kind, func_bytes, body_obj, func_name="?", flags=0):
+    """The envelope of one task."""
+    bufs = []
+    try:
+        body = _dumps(body_obj, bufs)
+    except Exception as e:
+        raise PicklingError("cannot pickle the arguments of task %r: %s: %s"
+                            % (func_name, type(e).__name__, e)) from None
+    head = _TASK.pack(TASK_MAGIC, kind, flags, 0, len(func_bytes), len(body),
+                      len(bufs))
+    if not bufs:
+        return head + func_bytes + body
+    return b"".join((head, func_bytes, body, _pack_bufs(bufs)))
+
+
+def call(kind, func, args, kwargs):
+    return task(kind, dumps_callable(func), (tuple(args), dict(kwargs)),
+                _name(func))
+
+
+def parse_task(view):
+    """(kind, flags, func_bytes, body_obj) from a task's memoryview."""
+    magic, kind, flags, _, flen, blen, nbufs = _TASK.unpack_from(view, 0)
+    if magic != TASK_MAGIC:
+        raise ValueError("not a fiber Python task (bad magic %r)" % magic)
+    off = _TASK.size
+    func_bytes = bytes(view[off:off + flen])
+    off += flen
+    body_view = view[off:off + blen]
+    off += blen
+    bufs, _ = _unpack_bufs(view, off, nbufs) if nbufs else ((), off)
+    body = pickle.loads(body_view, buffers=bufs)
+    body_view.release()
+    return kind, flags, func_bytes, body
+
+
+def answer_ok(value, func_name="?"):
+    bufs = []
+    try:
+        body = _dumps(value, bufs)
+    except Exception as e:
+        err = PicklingError("the result of task %r cannot be pickled: %s: %s"
+                            % (func_name, type(e).__name__, e))
+        return answer_error(err, "")
+    head = _ANSWER.pack(ANSWER_MAGIC, OK, 0, 0, len(body), len(bufs))
+    if not bufs:
+        return head + body
+    return b"".join((head, body, _pack_bufs(bufs)))
+
+
+class RemoteError(Exception):
+    """A task raised an exception that could not be pickled: its type's name,
+    message and traceback text."""
+
+
+def answer_error(exc, tb_text):
+    bufs = []
+    try:
+        body = _dumps((exc, tb_text), bufs)
+        pickle.loads(body, buffers=bufs)  # it must also come back
+    except Exception:
+        bufs = []
+        body = _dumps((RemoteError("%s: %s" % (type(exc).__name__, exc)),
+                       tb_text), bufs)
+    head = _ANSWER.pack(ANSWER_MAGIC, ERROR, 0, 0, len(body), len(bufs))
+    return b"".join((head, body, _pack_bufs(bufs)))
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker, as text; attached to
+    the exception the caller gets as its __cause__ (as multiprocessing
+    does)."""
+
+    def __init__(self, tb):
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self):
+        return self.tb
+
+
+def decode(data):
+    """The value an answer holds; raises the task's exception, with the
+    worker's traceback attached as its __cause__."""
+    magic, status, _, _, blen, nbufs = _ANSWER.unpack_from(data, 0)
+    if magic != ANSWER_MAGIC:
+        raise ValueError("not a fiber Python answer (bad magic %r)" % magic)
+    off = _ANSWER.size
+    view = memoryview(data)
+    bufs, _ = _unpack_bufs(view, off + blen, nbufs) if nbufs else ((), 0)
+    obj = pickle.loads(view[off:off + blen], buffers=bufs)
+    if status == OK:
+        return obj
+    exc, tb_text = obj
+    if tb_text:
+        exc.__cause__ = RemoteTraceback('\n"""\n%s"""' % tb_text)
+    raise exc

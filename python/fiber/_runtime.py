@@ -1,0 +1,91 @@
+"""Starting fiber in a Python master, and what every job must be told.
+
+``ensure()`` runs fiber_init() the first time anything needs the runtime
+(``fiber.init()`` does it explicitly, with configuration).  Before that it
+sets the job command: every job is ``<this interpreter> -m
+fiber._bootstrap``, told in its environment which script or module is the
+program's main one and which sys.path to use, so that it can import the
+functions and classes the master sends it.
+"""
+import atexit
+import json
+import os
+import sys
+import threading
+
+from . import _fiber
+
+_lock = threading.RLock()
+_started = False
+child_mode = False     # set by fiber._bootstrap in a job
+_shutdown_hooks = []   # callables run before fiber_shutdown() at exit
+
+
+def _main_info():
+    """How a job finds the master's __main__: a module name (python -m),
+    a script path, or nothing (an interactive session, python -c)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None):
+        name = spec.name
+        if name.endswith(".__main__"):
+            name = name[: -len(".__main__")]
+        return {"FIBER_PY_MAIN_MODULE": name}
+    path = getattr(main, "__file__", None)
+    if path:
+        return {"FIBER_PY_MAIN_PATH": os.path.abspath(path)}
+    return {}
+
+
+def job_environment():
+    env = {"FIBER_PY_SYSPATH": json.dumps([p if p else os.getcwd()
+                                           for p in sys.path])}
+    env.update(_main_info())
+    return env
+
+
+def configure(config):
+    """Sets configuration keys (before or after init); an unknown key or a
+    bad value raises fiber.ConfigError naming it."""
+    for key, value in config.items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        _fiber.config_set(str(key), str(value))
+
+
+def ensure(config=None):
+    """Starts fiber in this process if it has not started (the master)."""
+    global _started
+    if child_mode:
+        if config:
+            raise RuntimeError("fiber.init() with configuration is for the "
+                               "master; a job runs with its master's")
+        return
+    with _lock:
+        if config:
+            configure(config)
+        if _started:
+            return
+        env = ["%s=%s" % kv for kv in job_environment().items()]
+        _fiber.job_command_set([os.path.abspath(sys.executable), "-m",
+                                "fiber._bootstrap"], env)
+        _fiber.init(sys.argv[0] if sys.argv and sys.argv[0] else "python")
+        _started = True
+        atexit.register(_at_exit)
+
+
+def started():
+    return _started
+
+
+def on_shutdown(fn):
+    _shutdown_hooks.append(fn)
+
+
+def _at_exit():
+    for fn in reversed(_shutdown_hooks):
+        try:
+            fn()
+        except Exception:
+            pass
+    _fiber.shutdown()

@@ -1,0 +1,176 @@
+"""The worker side: what a job runs for each task and each manager method.
+
+fiber._fiber calls ``run_task`` with each task's envelope (a memoryview
+valid during the call) and ``run_method`` for each method call on a Python
+object that a manager hosts.  Both run on the job's own threads with the
+GIL held.
+"""
+import pickle
+import sys
+import traceback
+
+from . import _envelope as env
+
+_funcs = {}          # pickled callable -> callable (a worker's cache)
+_FUNC_CACHE_MAX = 256
+
+current = None       # the Process object this job runs, if any
+
+
+def _callable(func_bytes):
+    f = _funcs.get(func_bytes)
+    if f is None:
+        f = pickle.loads(func_bytes)
+        if len(_funcs) >= _FUNC_CACHE_MAX:
+            _funcs.clear()
+        _funcs[func_bytes] = f
+    return f
+
+
+def _flush():
+    for s in (sys.stdout, sys.stderr):
+        try:
+            if s is not None:
+                s.flush()
+        except Exception:
+            pass
+
+
+def _run_process(proc):
+    """A Process target: returns the exit code as multiprocessing's
+    children do (0; 1 and a traceback on stderr if run() raised; the code
+    of a SystemExit)."""
+    global current
+    current = proc
+    code = 0
+    try:
+        proc.run()
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            sys.stderr.write(str(e.code) + "\n")
+            code = 1
+    except BaseException:
+        sys.stderr.write("Process %s:\n" % proc.name)
+        traceback.print_exc()
+        code = 1
+    _flush()
+    return code
+
+
+def run_task(view):
+    try:
+        kind, flags, func_bytes, body = env.parse_task(view)
+    except Exception as e:
+        return "cannot read a task sent to this worker: %s: %s" % (
+            type(e).__name__, e)
+    try:
+        func = _callable(func_bytes)
+    except Exception as e:
+        err = env.PicklingError(
+            "this worker cannot load the task's function: %s: %s (is its "
+            "module importable here, with the same sys.path?)"
+            % (type(e).__name__, e))
+        if kind in (env.INIT, env.PROC):
+            return str(err)
+        return env.answer_error(err, traceback.format_exc())
+    if kind == env.PROC:
+        return _run_process(func)
+    name = getattr(func, "__qualname__", "?")
+    try:
+        if kind == env.ONE:
+            value = func(body)
+        elif kind == env.STAR:
+            value = func(*body)
+        elif kind == env.CHUNK:
+            if flags & env.F_STAR:
+                value = [func(*item) for item in body]
+            else:
+                value = [func(item) for item in body]
+        else:
+            args, kwargs = body
+            value = func(*args, **kwargs)
+    except BaseException as e:
+        if kind == env.INIT:
+            _flush()
+            return "the pool's initializer %s raised %s: %s\n%s" % (
+                name, type(e).__name__, e, traceback.format_exc())
+        return env.answer_error(e, traceback.format_exc())
+    if kind == env.INIT:
+        return b""
+    return env.answer_ok(value, name)
+
+
+# ---- objects a manager hosts ------------------------------------------
+
+_objects = {}
+_next_id = [0]
+
+_LIVE = b"L"
+_CONSTRUCT = b"C"
+
+
+def _public_methods(obj):
+    names = []
+    for name in dir(obj):
+        if name[0] == "_":
+            continue
+        try:
+            if callable(getattr(obj, name)):
+                names.append(name)
+        except Exception:
+            pass
+    return names
+
+
+def run_method(state, view):
+    """One method call: state is the object's state as the manager keeps it
+    (at first its constructor, then the id of the live object in this
+    process); returns (new state or None, answer)."""
+    new_state = None
+    try:
+        if state[:1] == _CONSTRUCT:
+            factory, args, kwargs = pickle.loads(state[1:])
+            obj = factory(*args, **kwargs)
+            _next_id[0] += 1
+            oid = _next_id[0]
+            _objects[oid] = obj
+            new_state = _LIVE + str(oid).encode()
+        elif state[:1] == _LIVE:
+            obj = _objects[int(state[1:])]
+        else:
+            raise RuntimeError("not a fiber Python object")
+        name, args, kwargs = pickle.loads(view)
+    except BaseException as e:
+        return new_state, env.answer_error(e, traceback.format_exc())
+    try:
+        if name == "#exposed":
+            value = _public_methods(obj)
+        elif name == "#getattr":
+            value = getattr(obj, args[0])
+        elif name == "#setattr":
+            value = setattr(obj, args[0], args[1])
+        elif name == "#delattr":
+            value = delattr(obj, args[0])
+        elif name == "#repr":
+            value = repr(obj)
+        else:
+            value = getattr(obj, name)(*args, **kwargs)
+    except BaseException as e:
+        return new_state, env.answer_error(e, traceback.format_exc())
+    return new_state, env.answer_ok(value, name)
+
+
+def install():
+    from . import _fiber
+    _fiber.set_handlers(run_task, run_method)
+
+
+name = ""            # this job's name (fiber._bootstrap sets it)
+
+
+def job_name():
+    return name

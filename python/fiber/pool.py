@@ -1,0 +1,450 @@
+"""fiber.Pool: multiprocessing.Pool (and Fiber's) over fiber's C pool.
+
+Dispatch, chunking, retries after a worker dies, heartbeats and exactly-once
+delivery all happen in the C core; Python only pickles the function and its
+arguments, runs the function in the worker and unpickles the answer.
+
+As in Fiber, the workers start with the first task (or ``start_workers()``),
+so that the first function's ``@fiber.meta`` resources can apply to them.
+"""
+import collections
+import itertools
+import multiprocessing
+import threading
+
+from . import _envelope as env
+from . import _fiber, _runtime
+from .process import _job_meta
+
+RUN, CLOSE, TERMINATE = 0, 1, 2
+
+
+class TimeoutError(multiprocessing.TimeoutError):
+    """AsyncResult.get() gave up waiting (multiprocessing.TimeoutError)."""
+
+
+def _ms(timeout):
+    return -1 if timeout is None else max(0, int(timeout * 1000))
+
+
+def _raise_failure(code, msg):
+    """A task the C core failed (crashed its workers, no worker could start)
+    raises fiber's error for its code."""
+    if code == _fiber.ECRASHED:
+        raise _fiber.TaskCrashedError(msg)
+    if code == _fiber.ECLOSED:
+        raise _fiber.ClosedError(msg)
+    raise _fiber.FiberError(msg)
+
+
+class AsyncResult:
+    """The result of apply_async (and, as MapResult, of map_async)."""
+
+    def __init__(self, pool, future, callback=None, error_callback=None):
+        self._pool = pool
+        self._future = future
+        self._callback = callback
+        self._error_callback = error_callback
+        self._event = threading.Event() if (callback or error_callback) else None
+        self._done = False
+        self._value = None
+        self._error = None
+
+    def _decode(self, raw):
+        return env.decode(raw)
+
+    def _take(self, timeout):
+        """Waits for the C future and decodes it (once)."""
+        if self._done:
+            return
+        try:
+            raw = self._future.get(_ms(timeout))
+        except _fiber.FiberTimeoutError:
+            raise TimeoutError from None
+        except _fiber.FiberError as e:
+            self._set(None, e)
+            return
+        try:
+            self._set(self._decode(raw), None)
+        except BaseException as e:
+            self._set(None, e)
+
+    def _set(self, value, error):
+        self._value, self._error = value, error
+        self._done = True
+        self._future = None
+
+    def _complete(self, rc, raw):
+        """The callback thread's path: decode, run the callback, wake get()."""
+        if not self._done:
+            if rc != 0:
+                try:
+                    _raise_failure(rc, raw.decode("utf-8", "replace"))
+                except BaseException as e:
+                    self._set(None, e)
+            else:
+                try:
+                    self._set(self._decode(raw), None)
+                except BaseException as e:
+                    self._set(None, e)
+        try:
+            if self._error is None and self._callback:
+                self._callback(self._value)
+            elif self._error is not None and self._error_callback:
+                self._error_callback(self._error)
+        finally:
+            self._event.set()
+
+    def ready(self):
+        if self._event is not None:
+            return self._event.is_set()
+        return self._done or self._future.ready()
+
+    def successful(self):
+        if not self.ready():
+            raise ValueError("%r not ready" % self)
+        if self._event is None:
+            self._take(None)
+        return self._error is None
+
+    def wait(self, timeout=None):
+        if self._event is not None:
+            self._event.wait(timeout)
+        elif not self._done:
+            self._future.wait(_ms(timeout))
+
+    def get(self, timeout=None):
+        if self._event is not None:
+            if not self._event.wait(timeout):
+                raise TimeoutError
+        else:
+            self._take(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+ApplyResult = AsyncResult
+
+
+class MapResult(AsyncResult):
+    """The result of map_async/starmap_async: a list in input order."""
+
+    def _decode(self, answers):
+        out = []
+        for a in answers:
+            if isinstance(a, tuple):
+                _raise_failure(a[0], a[1])
+            out.append(env.decode(a))
+        return out
+
+
+class Pool:
+    """A pool of worker jobs (multiprocessing.Pool's API, and Fiber's).
+
+    ``Pool(processes=None, initializer=None, initargs=(),
+    maxtasksperchild=None)``; apply, apply_async, map, map_async, imap,
+    imap_unordered, starmap, starmap_async; close, join, terminate, and
+    ``with``.  Fiber's ``start_workers()`` and ``wait_until_workers_up()``;
+    fiber's own ``resize(n)`` and ``stats()``.
+    """
+
+    def __init__(self, processes=None, initializer=None, initargs=(),
+                 maxtasksperchild=None, context=None, *, max_task_crashes=0):
+        if processes is not None and processes < 1:
+            raise ValueError("Number of processes must be at least 1")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if maxtasksperchild is not None and (
+                not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
+            raise ValueError("maxtasksperchild must be a positive int or None")
+        _runtime.ensure()
+        self._processes = processes or _fiber_cpu_count()
+        self._initializer = initializer
+        self._initargs = tuple(initargs)
+        self._maxtasks = maxtasksperchild or 0
+        self._max_crashes = max_task_crashes
+        self._state = RUN
+        self._pool = None
+        self._meta = None
+        self._lock = threading.Lock()
+        self._tokens = itertools.count(1)
+        self._pending = {}            # token -> handler(rc, raw)
+        self._cb_thread = None
+        _runtime.on_shutdown(self._at_exit)
+
+    # -- starting --
+    def _start(self, func=None):
+        meta = _job_meta(func) if func is not None else None
+        if self._pool is not None:
+            if meta and any(meta.values()) and meta != self._meta:
+                raise RuntimeError(
+                    "%r asks for other resources (%s) than this pool's "
+                    "workers have (%s); create another Pool for it"
+                    % (func, meta, self._meta))
+            return
+        with self._lock:
+            if self._pool is not None:
+                return
+            if self._state != RUN:
+                raise ValueError("Pool not running")
+            init = None
+            if self._initializer is not None:
+                init = env.call(env.INIT, self._initializer, self._initargs, {})
+            self._meta = meta or {"cpu": 0, "memory": 0, "gpu": 0}
+            self._pool = _fiber.Pool(
+                workers=self._processes, initializer=init,
+                maxtasksperchild=self._maxtasks,
+                max_task_crashes=self._max_crashes, name=None,
+                **self._meta)
+
+    def start_workers(self):
+        """Starts the workers now instead of with the first task."""
+        self._start()
+
+    def wait_until_workers_up(self, n=None, timeout=None):
+        """Waits until n workers (default: the pool's size) are running;
+        returns True, or False after timeout seconds."""
+        import time
+        self._start()
+        want = self._processes if n is None else n
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._pool.stats()["workers_alive"] < want:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _check_running(self):
+        if self._state != RUN:
+            raise ValueError("Pool not running")
+
+    # -- callbacks --
+    def _register(self, handler):
+        token = next(self._tokens)
+        with self._lock:
+            self._pending[token] = handler
+            if self._cb_thread is None:
+                self._cb_thread = threading.Thread(
+                    target=self._callback_loop, name="fiber-pool-callbacks",
+                    daemon=True)
+                self._cb_thread.start()
+        return token
+
+    def _callback_loop(self):
+        while True:
+            with self._lock:
+                if not self._pending and self._state != RUN:
+                    self._cb_thread = None
+                    return
+                pool = self._pool
+            if pool is None:
+                return
+            for token, rc, raw in pool.next_done(100):
+                with self._lock:
+                    handler = self._pending.pop(token, None)
+                if handler is not None:
+                    try:
+                        handler(rc, raw)
+                    except Exception:
+                        import traceback
+                        traceback.print_exc()
+
+    # -- one task --
+    def apply_async(self, func, args=(), kwds={}, callback=None,
+                    error_callback=None):
+        self._check_running()
+        self._start(func)
+        payload = env.call(env.CALL, func, args, kwds)
+        if callback is None and error_callback is None:
+            return AsyncResult(self, self._pool.apply_async(payload))
+        res = AsyncResult(self, None, callback, error_callback)
+        token = self._register(res._complete)
+        res._future = self._pool.apply_async(payload, token)
+        return res
+
+    def apply(self, func, args=(), kwds={}):
+        return self.apply_async(func, args, kwds).get()
+
+    # -- maps --
+    def _payloads(self, func, iterable, star):
+        fb = env.dumps_callable(func)
+        name = getattr(func, "__qualname__", repr(func))
+        kind = env.STAR if star else env.ONE
+        task = env.task
+        return [task(kind, fb, item, name) for item in iterable]
+
+    def _map_async(self, func, iterable, chunksize, callback, error_callback,
+                   star):
+        self._check_running()
+        if chunksize is not None and chunksize < 1:
+            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+        self._start(func)
+        payloads = self._payloads(func, iterable, star)
+        fut = self._pool.map_async(payloads, chunksize or 0)
+        res = MapResult(self, fut, callback, error_callback)
+        if res._event is not None:
+            def waiter():
+                try:
+                    res._take(None)
+                except BaseException:
+                    pass
+                res._complete(0, None)
+            threading.Thread(target=waiter, daemon=True,
+                             name="fiber-map-callback").start()
+        return res
+
+    def map_async(self, func, iterable, chunksize=None, callback=None,
+                  error_callback=None):
+        return self._map_async(func, iterable, chunksize, callback,
+                               error_callback, False)
+
+    def starmap_async(self, func, iterable, chunksize=None, callback=None,
+                      error_callback=None):
+        return self._map_async(func, iterable, chunksize, callback,
+                               error_callback, True)
+
+    def map(self, func, iterable, chunksize=None):
+        return self.map_async(func, iterable, chunksize).get()
+
+    def starmap(self, func, iterable, chunksize=None):
+        return self.starmap_async(func, iterable, chunksize).get()
+
+    # -- iterators --
+    def _chunks(self, func, iterable, chunksize, star):
+        fb = env.dumps_callable(func)
+        name = getattr(func, "__qualname__", repr(func))
+        it = iter(iterable)
+        if chunksize == 1:
+            kind = env.STAR if star else env.ONE
+            for item in it:
+                yield 1, env.task(kind, fb, item, name)
+            return
+        flags = env.F_STAR if star else 0
+        while True:
+            chunk = list(itertools.islice(it, chunksize))
+            if not chunk:
+                return
+            yield len(chunk), env.task(env.CHUNK, fb, chunk, name, flags)
+
+    def _window(self):
+        return max(64, 8 * self._processes)
+
+    def imap(self, func, iterable, chunksize=1):
+        """Results in input order, computed ahead within a bounded window."""
+        self._check_running()
+        if chunksize < 1:
+            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+        self._start(func)
+        return self._imap_ordered(self._chunks(func, iterable, chunksize,
+                                               False), chunksize)
+
+    def _imap_ordered(self, chunks, chunksize):
+        window = collections.deque()
+        for n, payload in chunks:
+            window.append(AsyncResult(self, self._pool.apply_async(payload)))
+            if len(window) >= self._window():
+                yield from self._imap_take(window.popleft(), chunksize)
+        while window:
+            yield from self._imap_take(window.popleft(), chunksize)
+
+    @staticmethod
+    def _imap_take(res, chunksize):
+        value = res.get()
+        if chunksize == 1:
+            yield value
+        else:
+            yield from value
+
+    def imap_unordered(self, func, iterable, chunksize=1):
+        """Results in order of completion."""
+        self._check_running()
+        if chunksize < 1:
+            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
+        self._start(func)
+        return self._imap_unordered(self._chunks(func, iterable, chunksize,
+                                                 False), chunksize)
+
+    def _imap_unordered(self, chunks, chunksize):
+        import queue as _queue
+        done = _queue.SimpleQueue()
+        in_flight = 0
+        chunks = iter(chunks)
+        exhausted = False
+        while True:
+            while not exhausted and in_flight < self._window():
+                try:
+                    _, payload = next(chunks)
+                except StopIteration:
+                    exhausted = True
+                    break
+                res = AsyncResult(self, None, None, None)
+                res._event = threading.Event()
+                token = self._register(
+                    lambda rc, raw, r=res: (r._complete(rc, raw), done.put(r)))
+                res._future = self._pool.apply_async(payload, token)
+                in_flight += 1
+            if in_flight == 0:
+                return
+            res = done.get()
+            in_flight -= 1
+            yield from self._imap_take(res, chunksize)
+
+    # -- life --
+    def close(self):
+        if self._state == RUN:
+            self._state = CLOSE
+            if self._pool is not None:
+                self._pool.close()
+
+    def terminate(self):
+        self._state = TERMINATE
+        if self._pool is not None:
+            self._pool.terminate()
+
+    def join(self, timeout=None):
+        if self._state == RUN:
+            raise ValueError("Pool is still running")
+        if self._pool is None:
+            return True
+        done = self._pool.join(_ms(timeout))
+        thread = self._cb_thread
+        if done and thread is not None and thread is not threading.current_thread():
+            thread.join(1.0 if timeout is None else timeout)
+        return done
+
+    def resize(self, n):
+        """Grows or shrinks the pool to n workers while tasks run."""
+        if n < 1:
+            raise ValueError("a pool needs at least one worker")
+        self._processes = n
+        if self._pool is not None:
+            self._pool.resize(n)
+
+    def stats(self):
+        """The C pool's counters: tasks submitted, done, failed, retried,
+        crashed; workers started, lost, alive; tasks queued, in flight."""
+        if self._pool is None:
+            return {"workers_alive": 0, "workers_target": self._processes,
+                    "tasks_submitted": 0, "tasks_done": 0}
+        return self._pool.stats()
+
+    def _at_exit(self):
+        if self._pool is not None and self._state != TERMINATE:
+            self.terminate()
+
+    def __enter__(self):
+        self._check_running()
+        return self
+
+    def __exit__(self, *exc):
+        self.terminate()
+
+    def __reduce__(self):
+        raise NotImplementedError("pool objects cannot be passed between "
+                                  "processes or pickled")
+
+
+def _fiber_cpu_count():
+    import os
+    return os.cpu_count() or 1

@@ -1,0 +1,216 @@
+"""fiber.Process: multiprocessing.Process whose every process is a job of the
+configured backend (a local process, a container, a Slurm job, a pod)."""
+import itertools
+import os
+import threading
+import weakref
+
+from . import _envelope as env
+from . import _fiber, _runtime
+
+_counter = itertools.count(1)
+_children = weakref.WeakSet()   # started, not yet known to have ended
+_lock = threading.Lock()
+
+
+def _job_meta(target):
+    """The resources a target's @fiber.meta asks for."""
+    owner = getattr(target, "__self__", None)
+    meta = getattr(target, "__fiber_meta__", None) or \
+        getattr(owner, "__fiber_meta__", None) or {}
+    return {"cpu": int(meta.get("cpu") or 0),
+            "memory": int(meta.get("memory") or 0),
+            "gpu": int(meta.get("gpu") or 0)}
+
+
+class Process:
+    """A process of the run, with multiprocessing.Process's API:
+    ``Process(target=f, args=(1,)).start()``; ``join(timeout)``,
+    ``terminate()``, ``kill()``, ``is_alive()``, ``exitcode`` (minus the
+    signal number when killed), ``pid``, ``name``, ``daemon``.  Subclasses
+    may override ``run()``.  The Process object itself is pickled to the
+    job, so its target, arguments and attributes must pickle."""
+
+    def __init__(self, group=None, target=None, name=None, args=(),
+                 kwargs=None, *, daemon=None):
+        if group is not None:
+            raise ValueError("group must be None")
+        self._target = target
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        self._name = name or "Process-%d" % next(_counter)
+        self._daemon = bool(daemon) if daemon is not None else False
+        self._handle = None
+        self._closed = False
+
+    # -- what the job runs --
+    def run(self):
+        if self._target is not None:
+            self._target(*self._args, **self._kwargs)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_handle"] = None
+        return state
+
+    # -- control --
+    def start(self):
+        if self._handle is not None:
+            raise AssertionError("cannot start a process twice")
+        if self._closed:
+            raise ValueError("process object is closed")
+        _runtime.ensure()
+        if _runtime.child_mode:
+            raise AssertionError("only the master starts processes in "
+                                 "fiber: a job cannot start jobs of its own")
+        payload = env.task(env.PROC, env.dumps_callable(self), None,
+                           self._name)
+        self._handle = _fiber.Process(payload, name=self._job_name(),
+                                      **_job_meta(self._target))
+        with _lock:
+            _children.add(self)
+
+    def _job_name(self):
+        # A job's name must be [A-Za-z0-9_.-]; keep the user's when it is.
+        ok = all(c.isalnum() or c in "_.-" for c in self._name)
+        return self._name if ok and self._name[0] != "." else None
+
+    def _check(self):
+        if self._closed:
+            raise ValueError("process object is closed")
+        if self._handle is None:
+            raise AssertionError("can only use a started process")
+
+    def join(self, timeout=None):
+        self._check()
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        if self._handle.join(ms):
+            with _lock:
+                _children.discard(self)
+
+    def terminate(self):
+        self._check()
+        self._handle.terminate()
+
+    def kill(self):
+        self._check()
+        self._handle.kill()
+
+    def is_alive(self):
+        if self._closed:
+            raise ValueError("process object is closed")
+        if self._handle is None:
+            return False
+        return self._handle.is_alive()
+
+    def close(self):
+        if self._handle is not None and self._handle.is_alive():
+            raise ValueError("cannot close a process while it is still "
+                             "running; join or terminate it first")
+        self._handle = None
+        self._closed = True
+
+    @property
+    def exitcode(self):
+        if self._handle is None:
+            return None
+        return self._handle.exitcode()
+
+    @property
+    def pid(self):
+        if self._handle is None:
+            return None
+        return self._handle.pid()
+
+    ident = pid
+
+    @property
+    def name(self):
+        return self._name
+
+    @name.setter
+    def name(self, value):
+        self._name = str(value)
+
+    @property
+    def daemon(self):
+        return self._daemon
+
+    @daemon.setter
+    def daemon(self, value):
+        if self._handle is not None:
+            raise AssertionError("process has already started")
+        self._daemon = bool(value)
+
+    def __repr__(self):
+        if self._handle is None:
+            status = "initial"
+        elif self._handle.is_alive():
+            status = "started"
+        else:
+            status = "stopped exitcode=%s" % self.exitcode
+        return "<%s name=%r %s%s>" % (type(self).__name__, self._name, status,
+                                      " daemon" if self._daemon else "")
+
+
+class _MainProcess:
+    name = "MainProcess"
+    daemon = False
+    exitcode = None
+
+    @property
+    def pid(self):
+        return os.getpid()
+
+    ident = pid
+
+    def is_alive(self):
+        return True
+
+    def __repr__(self):
+        return "<_MainProcess name='MainProcess' parent=None started>"
+
+
+class _JobProcess(_MainProcess):
+    """current_process() in a pool worker or manager job."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+_main = _MainProcess()
+
+
+def current_process():
+    from . import _worker
+    if _runtime.child_mode:
+        if _worker.current is not None:
+            return _worker.current
+        return _JobProcess(_worker.job_name() or "job")
+    return _main
+
+
+def active_children():
+    with _lock:
+        alive = [p for p in _children if p._handle is not None and
+                 p._handle.is_alive()]
+        for p in list(_children):
+            if p not in alive:
+                _children.discard(p)
+    return alive
+
+
+def _join_non_daemon():
+    """At exit, as multiprocessing does: wait for non-daemon children,
+    terminate daemon ones (fiber_shutdown ends whatever is left)."""
+    for p in active_children():
+        try:
+            if p.daemon:
+                p.terminate()
+            else:
+                p.join()
+        except Exception:
+            pass
+
+
+_runtime.on_shutdown(_join_non_daemon)

@@ -1,0 +1,238 @@
+"""fiber.Queue, fiber.SimpleQueue and fiber.Pipe: multiprocessing's, over
+fiber's queues and pipes (which live on the master's object server and
+work between any processes of a run, on any backend).
+
+They pickle: pass one to a Process or a pool task in its arguments and use
+it there.  Only the master creates them.
+"""
+import pickle
+import queue as _stdqueue
+
+from . import _fiber, _runtime
+
+_WOULD_WAIT = (_fiber.EAGAIN, _fiber.ETIMEDOUT)
+
+
+def _ms(block, timeout):
+    if not block:
+        return 0
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number")
+    return max(1, int(timeout * 1000))
+
+
+def _dumps(obj):
+    return pickle.dumps(obj, protocol=5)
+
+
+class Queue:
+    """multiprocessing.Queue(maxsize=0): put/get with block and timeout,
+    put_nowait, get_nowait, qsize, empty, full, close.  get raises
+    queue.Empty and put queue.Full, as the standard library's do."""
+
+    def __init__(self, maxsize=0, *, ctx=None, _handle=None):
+        if _handle is None:
+            _runtime.ensure()
+            _handle = _fiber.Queue.create(maxsize if maxsize > 0 else 0)
+        self._q = _handle
+        self._maxsize = maxsize if maxsize > 0 else 0
+        self._closed = False
+
+    def put(self, obj, block=True, timeout=None):
+        if self._closed:
+            raise ValueError("Queue %r is closed" % self)
+        data = _dumps(obj)
+        try:
+            self._q.put(data, _ms(block, timeout))
+        except _fiber.FiberError as e:
+            if getattr(e, "code", None) in _WOULD_WAIT:
+                raise _stdqueue.Full from None
+            raise
+
+    def get(self, block=True, timeout=None):
+        if self._closed:
+            raise ValueError("Queue %r is closed" % self)
+        try:
+            data = self._q.get(_ms(block, timeout))
+        except _fiber.FiberError as e:
+            if getattr(e, "code", None) in _WOULD_WAIT:
+                raise _stdqueue.Empty from None
+            raise
+        return pickle.loads(data)
+
+    def put_nowait(self, obj):
+        return self.put(obj, False)
+
+    def get_nowait(self):
+        return self.get(False)
+
+    def qsize(self):
+        return self._q.size()
+
+    def empty(self):
+        return self._q.size() == 0
+
+    def full(self):
+        return bool(self._maxsize) and self._q.size() >= self._maxsize
+
+    def close(self):
+        """As multiprocessing's: this process puts no more (the queue stays
+        usable by the others)."""
+        self._closed = True
+
+    def join_thread(self):
+        pass
+
+    def cancel_join_thread(self):
+        pass
+
+    def __reduce__(self):
+        return (_rebuild_queue, (type(self), self._q.serialize(),
+                                 self._maxsize))
+
+
+def _rebuild_queue(cls, ser, maxsize):
+    q = cls.__new__(cls)
+    Queue.__init__(q, maxsize, _handle=_fiber.Queue.open(ser))
+    return q
+
+
+class SimpleQueue(Queue):
+    """multiprocessing.SimpleQueue: put, get, empty, close."""
+
+    def __init__(self, *, ctx=None, _handle=None):
+        super().__init__(0, _handle=_handle)
+
+
+class Connection:
+    """One end of a Pipe: send/recv (pickled objects), send_bytes/recv_bytes,
+    poll(timeout), close."""
+
+    def __init__(self, handle, readable, writable):
+        self._p = handle
+        self._readable = readable
+        self._writable = writable
+        self._peeked = None
+        self._closed = False
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def readable(self):
+        return self._readable
+
+    @property
+    def writable(self):
+        return self._writable
+
+    def _check(self, reading):
+        if self._closed:
+            raise OSError("handle is closed")
+        if reading and not self._readable:
+            raise OSError("connection is write-only")
+        if not reading and not self._writable:
+            raise OSError("connection is read-only")
+
+    def send_bytes(self, buf, offset=0, size=None):
+        self._check(False)
+        m = memoryview(buf).cast("B")
+        if offset < 0 or offset > len(m):
+            raise ValueError("offset is negative or too large")
+        end = len(m) if size is None else offset + size
+        if size is not None and (size < 0 or end > len(m)):
+            raise ValueError("size is negative or buffer too small")
+        self._p.send(m[offset:end], -1)
+
+    def send(self, obj):
+        self._check(False)
+        self._p.send(_dumps(obj), -1)
+
+    def _next(self, timeout_ms):
+        if self._peeked is not None:
+            data, self._peeked = self._peeked, None
+            return data
+        try:
+            return self._p.recv(timeout_ms)
+        except _fiber.ClosedError:
+            raise EOFError from None
+
+    def recv_bytes(self, maxlength=None):
+        self._check(True)
+        data = self._next(-1)
+        if maxlength is not None and len(data) > maxlength:
+            raise OSError("bad message length")
+        return data
+
+    def recv_bytes_into(self, buf, offset=0):
+        self._check(True)
+        data = self._next(-1)
+        m = memoryview(buf).cast("B")
+        if offset < 0 or offset + len(data) > len(m):
+            raise ValueError("buffer too small")
+        m[offset:offset + len(data)] = data
+        return len(data)
+
+    def recv(self):
+        self._check(True)
+        return pickle.loads(self._next(-1))
+
+    def poll(self, timeout=0.0):
+        """True when a message is waiting (waits up to timeout seconds;
+        None waits forever)."""
+        self._check(True)
+        if self._peeked is not None:
+            return True
+        ms = -1 if timeout is None else int(max(0.0, timeout) * 1000)
+        try:
+            self._peeked = self._p.recv(ms)
+            return True
+        except _fiber.ClosedError:
+            return True  # the next recv raises EOFError, as for a socket
+        except _fiber.FiberError as e:
+            if getattr(e, "code", None) in _WOULD_WAIT:
+                return False
+            raise
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            if self._writable:
+                try:
+                    self._p.close()
+                except _fiber.FiberError:
+                    pass
+
+    def fileno(self):
+        raise OSError("a fiber pipe end has no file descriptor")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __reduce__(self):
+        if self._closed:
+            raise OSError("cannot pickle a closed connection")
+        return (_rebuild_connection, (self._p.serialize(), self._readable,
+                                      self._writable))
+
+
+def _rebuild_connection(ser, readable, writable):
+    return Connection(_fiber.Pipe.open(ser), readable, writable)
+
+
+def Pipe(duplex=True):
+    """Returns two Connections.  With duplex both send and receive;
+    otherwise the first receives and the second sends, as in
+    multiprocessing."""
+    _runtime.ensure()
+    a, b = _fiber.Pipe.create(duplex)
+    if duplex:
+        return Connection(a, True, True), Connection(b, True, True)
+    # fiber_pipe_create: a sends, b receives; multiprocessing: (reader, writer)
+    return Connection(b, True, False), Connection(a, False, True)

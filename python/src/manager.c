@@ -1,0 +1,405 @@
+/*
+ * manager.c -- _fiber.Manager over fiber_manager and _fiber.Mobj over
+ * fiber_mobj.
+ *
+ * fiber.managers maps Python's manager types onto two kinds of objects:
+ * the manager's native synchronisation objects (locks, rlocks, events,
+ * semaphores, barriers, conditions) and queues; and "custom" objects
+ * whose methods are the C task fiber_py_method, which runs the Python
+ * object's method inside the manager (dict, list, Value, Namespace and
+ * every class given to BaseManager.register).
+ *
+ * Mobj.op(op, timeout_ms, n, data, asynchronous) is the one entry point of
+ * an object: it makes the operation op (OP_* below) and returns its answer
+ * (None, an int or bytes), or with asynchronous a Future of that answer.
+ * A failure raises FiberError whose .code the Python side maps to
+ * Python's exceptions (FIBER_EAGAIN and FIBER_ETIMEDOUT: a wait that gave
+ * up; FIBER_ESTATE: a release of a lock not held, a broken barrier).
+ */
+#include <string.h>
+
+#include "binding.h"
+
+PyObject *fbp_queue_wrap(fiber_queue *q);
+
+typedef struct {
+    PyObject_HEAD
+    fiber_manager *m;
+} FbpManager;
+
+typedef struct {
+    PyObject_HEAD
+    fiber_mobj *o;
+    PyObject *manager; /* keeps the manager's handle alive, or NULL */
+} FbpMobj;
+
+enum {
+    K_LOCK,
+    K_RLOCK,
+    K_EVENT,
+    K_SEMAPHORE,
+    K_BARRIER,
+    K_CONDITION,
+    K_CUSTOM,
+};
+
+enum {
+    OP_LOCK_ACQUIRE, /* lock, rlock: timeout */
+    OP_LOCK_RELEASE,
+    OP_SEM_ACQUIRE,  /* semaphore: timeout */
+    OP_SEM_RELEASE,
+    OP_COND_ACQUIRE, /* condition: timeout */
+    OP_COND_RELEASE,
+    OP_EVENT_SET,
+    OP_EVENT_CLEAR,
+    OP_EVENT_IS_SET, /* -> int */
+    OP_EVENT_WAIT,   /* timeout */
+    OP_BARRIER_WAIT, /* timeout -> int index */
+    OP_BARRIER_RESET,
+    OP_COND_WAIT,       /* timeout */
+    OP_COND_NOTIFY,     /* n */
+    OP_COND_NOTIFY_ALL,
+    OP_CALL, /* custom: data -> bytes */
+};
+
+static int manager_init(FbpManager *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "cpu", "memory", "gpu", NULL};
+    PyObject *name = Py_None;
+    int cpu = 0, memory = 0, gpu = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Oiii", kwlist, &name, &cpu,
+                                     &memory, &gpu))
+        return -1;
+    if (self->m) {
+        PyErr_SetString(PyExc_RuntimeError, "manager already started");
+        return -1;
+    }
+    fiber_job_opts o;
+    if (fbp_job_opts(&o, name, cpu, memory, gpu) != 0)
+        return -1;
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = fiber_manager_start(&self->m, &o);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        fbp_raise(rc, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void manager_stop_now(FbpManager *self)
+{
+    fiber_manager *m = self->m;
+    self->m = NULL;
+    if (m)
+        FB_NOGIL(fiber_manager_free(m));
+}
+
+static void manager_dealloc(FbpManager *self)
+{
+    manager_stop_now(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *manager_shutdown(FbpManager *self, PyObject *unused)
+{
+    (void)unused;
+    manager_stop_now(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mobj_wrap(fiber_mobj *o, PyObject *manager)
+{
+    FbpMobj *self = PyObject_New(FbpMobj, &FbpMobjType);
+    if (!self) {
+        fiber_mobj_free(o);
+        return NULL;
+    }
+    self->o = o;
+    self->manager = Py_XNewRef(manager);
+    return (PyObject *)self;
+}
+
+/* create(kind, name=None, n=0, state=b"") -> Mobj: opens (creating) an
+ * object of kind on the manager; n is a semaphore's value or a barrier's
+ * parties, state a custom object's initial state. */
+static PyObject *manager_create(FbpManager *self, PyObject *args)
+{
+    int kind;
+    const char *name = NULL;
+    long long n = 0;
+    Py_buffer state = {0};
+    if (!PyArg_ParseTuple(args, "i|zLy*", &kind, &name, &n, &state))
+        return NULL;
+    if (!self->m) {
+        PyBuffer_Release(&state);
+        PyErr_SetString(PyExc_ValueError, "manager is shut down");
+        return NULL;
+    }
+    fiber_mobj *o = NULL;
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    switch (kind) {
+    case K_LOCK: rc = fiber_manager_lock(self->m, name, &o); break;
+    case K_RLOCK: rc = fiber_manager_rlock(self->m, name, &o); break;
+    case K_EVENT: rc = fiber_manager_event(self->m, name, &o); break;
+    case K_SEMAPHORE:
+        rc = fiber_manager_semaphore(self->m, name, n, &o);
+        break;
+    case K_BARRIER:
+        rc = n < 1 || n > 1000000
+                 ? FIBER_EINVAL
+                 : fiber_manager_barrier(self->m, name, (unsigned)n, &o);
+        break;
+    case K_CONDITION: rc = fiber_manager_condition(self->m, name, &o); break;
+    case K_CUSTOM:
+        rc = fiber_manager_custom(self->m, name, state.buf,
+                                  (size_t)state.len, &o);
+        break;
+    default: rc = FIBER_EINVAL; break;
+    }
+    if (rc && !(kind == K_BARRIER && (n < 1 || n > 1000000)))
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&state);
+    if (rc)
+        return fbp_raise(rc, msg[0] ? msg : "bad object kind or size");
+    return mobj_wrap(o, (PyObject *)self);
+}
+
+static PyObject *manager_queue(FbpManager *self, PyObject *args)
+{
+    Py_ssize_t capacity = 0;
+    if (!PyArg_ParseTuple(args, "|n", &capacity))
+        return NULL;
+    if (!self->m || capacity < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        self->m ? "maxsize must be >= 0" : "manager is shut "
+                                                           "down");
+        return NULL;
+    }
+    fiber_queue *q;
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = fiber_manager_queue(self->m, NULL, (size_t)capacity, &q);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return fbp_raise(rc, msg);
+    return fbp_queue_wrap(q);
+}
+
+static PyMethodDef manager_methods[] = {
+    {"create", (PyCFunction)manager_create, METH_VARARGS, NULL},
+    {"queue", (PyCFunction)manager_queue, METH_VARARGS, NULL},
+    {"shutdown", (PyCFunction)manager_shutdown, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject FbpManagerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fiber._fiber.Manager",
+    .tp_basicsize = sizeof(FbpManager),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)manager_init,
+    .tp_dealloc = (destructor)manager_dealloc,
+    .tp_methods = manager_methods,
+    .tp_doc = "Manager(name=None, ...): a manager job hosting objects.",
+};
+
+/* ---- objects --------------------------------------------------------------- */
+
+static void mobj_dealloc(FbpMobj *self)
+{
+    fiber_mobj *o = self->o;
+    self->o = NULL;
+    FB_NOGIL(fiber_mobj_free(o));
+    Py_XDECREF(self->manager);
+    PyObject_Free(self);
+}
+
+static PyObject *mobj_open(PyObject *cls, PyObject *args)
+{
+    (void)cls;
+    Py_buffer ser;
+    if (!PyArg_ParseTuple(args, "y*", &ser))
+        return NULL;
+    fiber_mobj *o;
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = fiber_mobj_open(&o, ser.buf, (size_t)ser.len);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ser);
+    if (rc)
+        return fbp_raise(rc, msg);
+    return mobj_wrap(o, NULL);
+}
+
+static PyObject *mobj_serialize(FbpMobj *self, PyObject *unused)
+{
+    (void)unused;
+    fiber_buf b = {0};
+    int rc = fiber_mobj_serialize(self->o, &b);
+    PyObject *res = rc ? fbp_raise_last(rc) : fbp_bytes_of(&b);
+    fiber_buf_free(&b);
+    return res;
+}
+
+/* What kind of answer an operation has (pool.c's future kinds). */
+static int answer_kind(int op)
+{
+    switch (op) {
+    case OP_EVENT_IS_SET:
+    case OP_BARRIER_WAIT: return 1; /* int64 */
+    case OP_CALL: return 0;         /* bytes */
+    default: return 2;              /* none */
+    }
+}
+
+struct op_args {
+    fiber_mobj *o;
+    int op, timeout_ms, n;
+    const void *data;
+    size_t len;
+    fiber_buf *out;
+    int64_t scalar;
+    fiber_future **f;
+};
+
+static int run_op(struct op_args *a)
+{
+    int set = 0, index = 0, rc;
+    fiber_mobj *o = a->o;
+    switch (a->op) {
+    case OP_LOCK_ACQUIRE: return fiber_lock_acquire(o, a->timeout_ms, a->f);
+    case OP_LOCK_RELEASE: return fiber_lock_release(o, a->f);
+    case OP_SEM_ACQUIRE: return fiber_sem_acquire(o, a->timeout_ms, a->f);
+    case OP_SEM_RELEASE: return fiber_sem_release(o, a->f);
+    case OP_COND_ACQUIRE: return fiber_cond_acquire(o, a->timeout_ms, a->f);
+    case OP_COND_RELEASE: return fiber_cond_release(o, a->f);
+    case OP_EVENT_SET: return fiber_event_set(o, a->f);
+    case OP_EVENT_CLEAR: return fiber_event_clear(o, a->f);
+    case OP_EVENT_IS_SET:
+        rc = fiber_event_is_set(o, &set, a->f);
+        a->scalar = set;
+        return rc;
+    case OP_EVENT_WAIT: return fiber_event_wait(o, a->timeout_ms, a->f);
+    case OP_BARRIER_WAIT:
+        rc = fiber_barrier_wait(o, a->timeout_ms, &index, a->f);
+        a->scalar = index;
+        return rc;
+    case OP_BARRIER_RESET: return fiber_barrier_reset(o, a->f);
+    case OP_COND_WAIT: return fiber_cond_wait(o, a->timeout_ms, a->f);
+    case OP_COND_NOTIFY: return fiber_cond_notify(o, a->n, a->f);
+    case OP_COND_NOTIFY_ALL: return fiber_cond_notify_all(o, a->f);
+    case OP_CALL:
+        return fiber_custom_call(o, FBP_METHOD, a->data, a->len, a->out,
+                                 a->f);
+    default: return FIBER_EINVAL;
+    }
+}
+
+static PyObject *mobj_op(FbpMobj *self, PyObject *args)
+{
+    struct op_args a = {.o = self->o, .timeout_ms = -1};
+    Py_buffer data = {0};
+    int asynchronous = 0;
+    if (!PyArg_ParseTuple(args, "i|iiy*p", &a.op, &a.timeout_ms, &a.n, &data,
+                          &asynchronous))
+        return NULL;
+    a.data = data.buf;
+    a.len = (size_t)data.len;
+    fiber_buf out = {0};
+    fiber_future *f = NULL;
+    a.out = &out;
+    a.f = asynchronous ? &f : NULL;
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_op(&a);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyObject *res;
+    if (rc)
+        res = fbp_raise(rc, msg[0] ? msg : "operation not valid for this "
+                                           "object");
+    else if (asynchronous)
+        res = fbp_future_new(f, (PyObject *)self, answer_kind(a.op));
+    else if (answer_kind(a.op) == 1)
+        res = PyLong_FromLongLong(a.scalar);
+    else if (answer_kind(a.op) == 0)
+        res = fbp_bytes_of(&out);
+    else
+        res = Py_NewRef(Py_None);
+    fiber_buf_free(&out);
+    return res;
+}
+
+static PyMethodDef mobj_methods[] = {
+    {"open", (PyCFunction)mobj_open, METH_VARARGS | METH_CLASS, NULL},
+    {"serialize", (PyCFunction)mobj_serialize, METH_NOARGS, NULL},
+    {"op", (PyCFunction)mobj_op, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject FbpMobjType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fiber._fiber.Mobj",
+    .tp_basicsize = sizeof(FbpMobj),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)mobj_dealloc,
+    .tp_methods = mobj_methods,
+    .tp_doc = "An object hosted by a manager.",
+};
+
+int fbp_manager_init(PyObject *m)
+{
+    if (PyType_Ready(&FbpManagerType) < 0 || PyType_Ready(&FbpMobjType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Manager", (PyObject *)&FbpManagerType) ||
+        PyModule_AddObjectRef(m, "Mobj", (PyObject *)&FbpMobjType))
+        return -1;
+    static const struct {
+        const char *name;
+        int value;
+    } consts[] = {
+        {"K_LOCK", K_LOCK},
+        {"K_RLOCK", K_RLOCK},
+        {"K_EVENT", K_EVENT},
+        {"K_SEMAPHORE", K_SEMAPHORE},
+        {"K_BARRIER", K_BARRIER},
+        {"K_CONDITION", K_CONDITION},
+        {"K_CUSTOM", K_CUSTOM},
+        {"OP_LOCK_ACQUIRE", OP_LOCK_ACQUIRE},
+        {"OP_LOCK_RELEASE", OP_LOCK_RELEASE},
+        {"OP_SEM_ACQUIRE", OP_SEM_ACQUIRE},
+        {"OP_SEM_RELEASE", OP_SEM_RELEASE},
+        {"OP_COND_ACQUIRE", OP_COND_ACQUIRE},
+        {"OP_COND_RELEASE", OP_COND_RELEASE},
+        {"OP_EVENT_SET", OP_EVENT_SET},
+        {"OP_EVENT_CLEAR", OP_EVENT_CLEAR},
+        {"OP_EVENT_IS_SET", OP_EVENT_IS_SET},
+        {"OP_EVENT_WAIT", OP_EVENT_WAIT},
+        {"OP_BARRIER_WAIT", OP_BARRIER_WAIT},
+        {"OP_BARRIER_RESET", OP_BARRIER_RESET},
+        {"OP_COND_WAIT", OP_COND_WAIT},
+        {"OP_COND_NOTIFY", OP_COND_NOTIFY},
+        {"OP_COND_NOTIFY_ALL", OP_COND_NOTIFY_ALL},
+        {"OP_CALL", OP_CALL},
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value))
+            return -1;
+    return 0;
+}

@@ -1,0 +1,371 @@
+/*
+ * module.c -- the module fiber._fiber: errors, the runtime (init, config,
+ * the job command) and the helpers the other parts share.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+static PyObject *fiber_error;         /* FiberError */
+static PyObject *config_error;        /* ConfigError(FiberError, ValueError) */
+static PyObject *timeout_error;       /* FiberTimeoutError(.., TimeoutError) */
+static PyObject *crashed_error;       /* TaskCrashedError */
+static PyObject *closed_error;        /* ClosedError */
+static PyObject *notask_error;        /* NoTaskError */
+
+PyObject *fbp_task_handler;
+PyObject *fbp_method_handler;
+
+static PyObject *error_class(int rc)
+{
+    switch (rc) {
+    case FIBER_ECONFIG:
+        return config_error;
+    case FIBER_ETIMEDOUT:
+        return timeout_error;
+    case FIBER_ECRASHED:
+        return crashed_error;
+    case FIBER_ECLOSED:
+        return closed_error;
+    case FIBER_ENOTASK:
+        return notask_error;
+    case FIBER_ENOMEM:
+        return PyExc_MemoryError;
+    default:
+        return fiber_error;
+    }
+}
+
+PyObject *fbp_raise(int rc, const char *msg)
+{
+    PyObject *cls = error_class(rc);
+    const char *text = msg && *msg ? msg : fiber_strerror(rc);
+    if (cls == PyExc_MemoryError) {
+        PyErr_SetString(cls, text);
+        return NULL;
+    }
+    PyObject *exc = PyObject_CallFunction(cls, "s", text);
+    if (!exc)
+        return NULL;
+    PyObject *code = PyLong_FromLong(rc);
+    PyObject *name = PyUnicode_FromString(fiber_errname(rc));
+    if (code && name) {
+        PyObject_SetAttrString(exc, "code", code);
+        PyObject_SetAttrString(exc, "errname", name);
+    }
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *fbp_raise_last(int rc) { return fbp_raise(rc, fiber_last_error()); }
+
+int fbp_timeout_ms(PyObject *timeout, int *ms)
+{
+    if (!timeout || timeout == Py_None) {
+        *ms = -1;
+        return 0;
+    }
+    double s = PyFloat_AsDouble(timeout);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    if (s < 0)
+        s = 0; /* as threading and multiprocessing do: a poll */
+    *ms = s * 1000.0 > 2147483000.0 ? 2147483000 : (int)(s * 1000.0 + 0.5);
+    if (*ms == 0 && s > 0)
+        *ms = 1;
+    return 0;
+}
+
+int fbp_wait_sliced(fbp_step_fn step, void *ctx, int timeout_ms, char *msg,
+                    size_t msg_size)
+{
+    /* The first slice is the whole wait when it is short, so a fast
+     * answer costs one call. */
+    int left = timeout_ms;
+    for (;;) {
+        int slice = left < 0 || left > FB_SLICE_MS ? FB_SLICE_MS : left;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = step(ctx, slice);
+        if (rc != 0 && msg)
+            snprintf(msg, msg_size, "%s", fiber_last_error());
+        Py_END_ALLOW_THREADS
+        if (rc != FIBER_ETIMEDOUT)
+            return rc;
+        if (left >= 0) {
+            left -= slice;
+            if (left <= 0)
+                return FIBER_ETIMEDOUT;
+        }
+        if (PyErr_CheckSignals() != 0)
+            return -2;
+    }
+}
+
+PyObject *fbp_bytes_of(const fiber_buf *b)
+{
+    return PyBytes_FromStringAndSize(b->data ? (const char *)b->data : "",
+                                     (Py_ssize_t)b->len);
+}
+
+int fbp_job_opts(fiber_job_opts *o, PyObject *name, int cpu, int memory,
+                 int gpu)
+{
+    memset(o, 0, sizeof *o);
+    if (name && name != Py_None) {
+        o->name = PyUnicode_AsUTF8(name);
+        if (!o->name)
+            return -1;
+    }
+    if (cpu < 0 || memory < 0 || gpu < 0) {
+        PyErr_SetString(PyExc_ValueError, "cpu, memory and gpu must be >= 0");
+        return -1;
+    }
+    o->cpu = cpu;
+    o->memory_mb = memory;
+    o->gpu = gpu;
+    return 0;
+}
+
+/* ---- module functions ------------------------------------------------- */
+
+static PyObject *py_config_set(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *key, *value;
+    if (!PyArg_ParseTuple(args, "ss", &key, &value))
+        return NULL;
+    int rc = fiber_config_set(key, value);
+    if (rc)
+        return fbp_raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_config_get(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *key;
+    if (!PyArg_ParseTuple(args, "s", &key))
+        return NULL;
+    char buf[1024];
+    int rc = fiber_config_get(key, buf, sizeof buf);
+    if (rc)
+        return fbp_raise_last(rc);
+    return PyUnicode_FromString(buf);
+}
+
+/* A NULL-terminated array of the UTF-8 strings of a list of str, pointing
+ * into the list's objects; NULL with an exception on error. */
+static const char **str_array(PyObject *list, const char *what)
+{
+    if (!PyList_Check(list)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a list of str", what);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    const char **v = PyMem_Calloc((size_t)n + 1, sizeof *v);
+    if (!v)
+        return (const char **)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(list, i));
+        if (!v[i]) {
+            PyMem_Free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static PyObject *py_job_command_set(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *argv, *env;
+    if (!PyArg_ParseTuple(args, "OO", &argv, &env))
+        return NULL;
+    const char **a = str_array(argv, "argv");
+    if (!a)
+        return NULL;
+    const char **e = str_array(env, "env");
+    if (!e) {
+        PyMem_Free(a);
+        return NULL;
+    }
+    int rc = fiber_job_command_set(a, e);
+    PyMem_Free(a);
+    PyMem_Free(e);
+    if (rc)
+        return fbp_raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+/* A job ends with exit(), which does not flush Python's own buffers:
+ * what a target printed would be lost when stdout is a pipe or a file. */
+static void flush_python_stdio(void)
+{
+    if (!Py_IsInitialized())
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    const char *names[] = {"stdout", "stderr"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *f = PySys_GetObject(names[i]); /* borrowed */
+        PyObject *r = f && f != Py_None
+                          ? PyObject_CallMethod(f, "flush", NULL)
+                          : NULL;
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    PyGILState_Release(g);
+}
+
+/* fiber_init().  In the master it returns True.  In a job a backend
+ * started it runs the job's assignment (tasks call back into Python
+ * through the handlers, taking the GIL) and ends the process: it never
+ * returns. */
+static PyObject *py_init(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *argv0 = "python";
+    if (!PyArg_ParseTuple(args, "|s", &argv0))
+        return NULL;
+    static char name[256];
+    snprintf(name, sizeof name, "%s", argv0);
+    static char *argv_store[2];
+    argv_store[0] = name;
+    int argc = 1;
+    char **argv = argv_store;
+    if (getenv("FIBER_BOOT_ADDR"))
+        atexit(flush_python_stdio);
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = fiber_init(&argc, &argv);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return fbp_raise(rc, msg);
+    return PyBool_FromLong(fiber_is_master() == 1);
+}
+
+static PyObject *py_is_master(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLong(fiber_is_master());
+}
+
+static PyObject *py_run_id(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(fiber_run_id());
+}
+
+static PyObject *py_shutdown(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    FB_NOGIL(fiber_shutdown());
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_handlers(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *task, *method;
+    if (!PyArg_ParseTuple(args, "OO", &task, &method))
+        return NULL;
+    if (!PyCallable_Check(task) || !PyCallable_Check(method)) {
+        PyErr_SetString(PyExc_TypeError, "handlers must be callable");
+        return NULL;
+    }
+    Py_XSETREF(fbp_task_handler, Py_NewRef(task));
+    Py_XSETREF(fbp_method_handler, Py_NewRef(method));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_strerror(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int code;
+    if (!PyArg_ParseTuple(args, "i", &code))
+        return NULL;
+    return Py_BuildValue("(ss)", fiber_errname(code), fiber_strerror(code));
+}
+
+static PyMethodDef module_methods[] = {
+    {"config_set", py_config_set, METH_VARARGS,
+     "config_set(key, value): fiber_config_set."},
+    {"config_get", py_config_get, METH_VARARGS,
+     "config_get(key) -> str: the effective value of a key."},
+    {"job_command_set", py_job_command_set, METH_VARARGS,
+     "job_command_set(argv, env): the command every job starts with."},
+    {"init", py_init, METH_VARARGS,
+     "init(argv0) -> True in the master; never returns in a job."},
+    {"is_master", py_is_master, METH_NOARGS,
+     "1 in the master, 0 in a job, -1 before init."},
+    {"run_id", py_run_id, METH_NOARGS, "The run's name."},
+    {"shutdown", py_shutdown, METH_NOARGS, "fiber_shutdown()."},
+    {"set_handlers", py_set_handlers, METH_VARARGS,
+     "set_handlers(task, method): the worker side's Python entry points."},
+    {"strerror", py_strerror, METH_VARARGS,
+     "strerror(code) -> (name, text)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "fiber._fiber",
+    "The C core of fiber: a thin layer over libfiber.", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+static PyObject *new_error(PyObject *m, const char *name, PyObject *bases)
+{
+    char full[96];
+    snprintf(full, sizeof full, "fiber.%s", name);
+    PyObject *cls = PyErr_NewException(full, bases, NULL);
+    if (!cls || PyModule_AddObjectRef(m, name, cls) != 0) {
+        Py_XDECREF(cls);
+        return NULL;
+    }
+    return cls;
+}
+
+PyMODINIT_FUNC PyInit__fiber(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (!(fiber_error = new_error(m, "FiberError", NULL)))
+        goto fail;
+    PyObject *b = PyTuple_Pack(2, fiber_error, PyExc_ValueError);
+    config_error = b ? new_error(m, "ConfigError", b) : NULL;
+    Py_XDECREF(b);
+    b = PyTuple_Pack(2, fiber_error, PyExc_TimeoutError);
+    timeout_error = b ? new_error(m, "FiberTimeoutError", b) : NULL;
+    Py_XDECREF(b);
+    if (!config_error || !timeout_error ||
+        !(crashed_error = new_error(m, "TaskCrashedError", fiber_error)) ||
+        !(closed_error = new_error(m, "ClosedError", fiber_error)) ||
+        !(notask_error = new_error(m, "NoTaskError", fiber_error)))
+        goto fail;
+    if (fbp_process_init(m) || fbp_pool_init(m) || fbp_queue_init(m) ||
+        fbp_manager_init(m))
+        goto fail;
+    PyModule_AddStringConstant(m, "VERSION", fiber_version());
+    PyModule_AddIntConstant(m, "ETIMEDOUT", FIBER_ETIMEDOUT);
+    PyModule_AddIntConstant(m, "EAGAIN", FIBER_EAGAIN);
+    PyModule_AddIntConstant(m, "ECLOSED", FIBER_ECLOSED);
+    PyModule_AddIntConstant(m, "ECRASHED", FIBER_ECRASHED);
+    PyModule_AddIntConstant(m, "ETASK", FIBER_ETASK);
+    PyModule_AddIntConstant(m, "ENOKEY", FIBER_ENOKEY);
+    PyModule_AddIntConstant(m, "ESTATE", FIBER_ESTATE);
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

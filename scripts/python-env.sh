@@ -1,0 +1,26 @@
+#!/bin/sh
+# Creates the virtual environment the Python package is built and tested
+# in (build/venv by default), with what its tests need, and nothing
+# installed outside it.  Idempotent: a stamp records what was installed.
+#   scripts/python-env.sh [VENV_DIR]
+set -eu
+venv=${1:-build/venv}
+want="pytest numpy cloudpickle setuptools wheel"
+stamp="$venv/.fiber-packages"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+py=${PYTHON:-python3}
+if ! "$py" -c 'import venv, ensurepip' 2>/dev/null; then
+  echo "fiber: $py cannot create virtual environments; installing python3-venv" >&2
+  scripts/deps.sh python
+fi
+if ! "$py" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  echo "fiber: Python.h is missing for $py; installing python3-dev" >&2
+  scripts/deps.sh python
+fi
+echo "fiber: creating $venv with: $want" >&2
+"$py" -m venv "$venv"
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pip install -q --disable-pip-version-check $want
+echo "$want" > "$stamp"
