@@ -54,6 +54,8 @@ ext = Extension(
                         "-Wextra", "-Wno-missing-field-initializers",
                         "-Wno-unused-parameter"] + cflags,
     extra_objects=extra_objects,
+    depends=extra_objects + glob.glob(os.path.join(HERE, "src", "*.h")) +
+    glob.glob(os.path.join(ROOT, "include", "fiber", "*.h")),
     # libcurl is dlopen()ed when first needed; only its headers are used.
     extra_link_args=[a for a in libs if "curl" not in a] + ["-lpthread", "-ldl"],
 )

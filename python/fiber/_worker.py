@@ -106,6 +106,7 @@ def run_task(view):
 
 # ---- objects a manager hosts ------------------------------------------
 
+_VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
 _objects = {}
 _next_id = [0]
 
@@ -159,6 +160,8 @@ def run_method(state, view):
             value = repr(obj)
         else:
             value = getattr(obj, name)(*args, **kwargs)
+            if isinstance(value, _VIEWS):
+                value = list(value)  # keys(), values(), items(): as lists
     except BaseException as e:
         return new_state, env.answer_error(e, traceback.format_exc())
     return new_state, env.answer_ok(value, name)

@@ -73,8 +73,12 @@ class BaseProxy:
         return self._callmethod("copy") if "copy" in self._exposed else None
 
     def __reduce__(self):
-        return (_rebuild_proxy, (type(self), self._mobj.serialize(),
-                                 self._exposed, self._async))
+        cls = type(self)
+        if cls.__dict__.get("_auto"):
+            return (_rebuild_auto, (cls.__name__, self._mobj.serialize(),
+                                    self._exposed, self._async))
+        return (_rebuild_proxy, (cls, self._mobj.serialize(), self._exposed,
+                                 self._async))
 
     def __repr__(self):
         return "<%s object of a fiber manager>" % type(self).__name__
@@ -85,6 +89,11 @@ class BaseProxy:
 
 def _rebuild_proxy(cls, ser, exposed, asynchronous):
     return cls(_fiber.Mobj.open(ser), exposed, asynchronous)
+
+
+def _rebuild_auto(name, ser, exposed, asynchronous):
+    return MakeProxyType(name, exposed)(_fiber.Mobj.open(ser), exposed,
+                                        asynchronous)
 
 
 def _method(name):
@@ -101,6 +110,7 @@ def MakeProxyType(name, exposed, _cache={}):
     if key not in _cache:
         ns = {n: _method(n) for n in exposed}
         ns["_exposed_"] = exposed
+        ns["_auto"] = True
         _cache[key] = type(name, (BaseProxy,), ns)
     return _cache[key]
 

@@ -146,11 +146,15 @@ class Pool:
     maxtasksperchild=None)``; apply, apply_async, map, map_async, imap,
     imap_unordered, starmap, starmap_async; close, join, terminate, and
     ``with``.  Fiber's ``start_workers()`` and ``wait_until_workers_up()``;
-    fiber's own ``resize(n)`` and ``stats()``.
+    fiber's own ``resize(n)`` and ``stats()``.  fiber's keywords:
+    ``max_task_crashes`` (workers a task may kill before it fails with
+    TaskCrashedError; default 3) and ``name`` (workers' job names are
+    ``<name>-<n>``; default ``Pool<k>-Worker-<n>``).
     """
 
     def __init__(self, processes=None, initializer=None, initargs=(),
-                 maxtasksperchild=None, context=None, *, max_task_crashes=0):
+                 maxtasksperchild=None, context=None, *, max_task_crashes=0,
+                 name=None):
         if processes is not None and processes < 1:
             raise ValueError("Number of processes must be at least 1")
         if initializer is not None and not callable(initializer):
@@ -164,6 +168,7 @@ class Pool:
         self._initargs = tuple(initargs)
         self._maxtasks = maxtasksperchild or 0
         self._max_crashes = max_task_crashes
+        self._name = name
         self._state = RUN
         self._pool = None
         self._meta = None
@@ -195,7 +200,7 @@ class Pool:
             self._pool = _fiber.Pool(
                 workers=self._processes, initializer=init,
                 maxtasksperchild=self._maxtasks,
-                max_task_crashes=self._max_crashes, name=None,
+                max_task_crashes=self._max_crashes, name=self._name,
                 **self._meta)
 
     def start_workers(self):

@@ -1,0 +1,163 @@
+"""Functions the tests send to workers: a module the jobs import by name."""
+import os
+import signal
+import sys
+import time
+
+STATE = {}
+
+
+def square(x):
+    return x * x
+
+
+def add(a, b):
+    return a + b
+
+
+def kw(a, b=0, *, c=0):
+    return (a, b, c)
+
+
+def boom(msg):
+    raise ValueError(msg)
+
+
+class CustomError(Exception):
+    def __init__(self, code, text):
+        super().__init__(code, text)
+        self.code = code
+        self.text = text
+
+
+def custom_boom(code):
+    raise CustomError(code, "custom %d" % code)
+
+
+def getpid(_=None):
+    return os.getpid()
+
+
+def sleep_then(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+def exit_hard(x):
+    os._exit(7)
+
+
+def segfault(x):
+    import ctypes
+    ctypes.string_at(0)
+
+
+def crash_on(x, bad):
+    if x == bad:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def set_state(key, value):
+    STATE[key] = value
+
+
+def get_state(key):
+    return STATE.get(key)
+
+
+def init_fails():
+    raise RuntimeError("no GPU here")
+
+
+def unpicklable_result(_):
+    return lambda: 1
+
+
+def noop(x=None):
+    return x
+
+
+# Process targets
+def exit_with(code):
+    sys.exit(code)
+
+
+def raise_in_child():
+    raise KeyError("from the child")
+
+
+def sleep_forever():
+    while True:
+        time.sleep(1)
+
+
+def put_to(q, value):
+    q.put(value)
+
+
+def report_identity(q):
+    import fiber
+    q.put((os.getpid(), fiber.current_process().name))
+
+
+def echo_pipe(conn):
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg is None:
+            break
+        conn.send(("echo", msg))
+    conn.close()
+
+
+def bump(d, key, n, lock):
+    for _ in range(n):
+        with lock:
+            d[key] = d.get(key, 0) + 1
+
+
+def append_many(lst, start, n):
+    for i in range(start, start + n):
+        lst.append(i)
+
+
+def wait_event(ev, q):
+    q.put(ev.wait(10))
+
+
+def barrier_party(b, q):
+    q.put(b.wait(10))
+
+
+def numpy_sum(a):
+    return float(a.sum())
+
+
+def numpy_double(a):
+    return a * 2
+
+
+class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    def incr(self, by=1):
+        self.n += by
+        return self.n
+
+    def value(self):
+        return self.n
+
+    def fail(self):
+        raise ValueError("counter says no")
+
+
+def spin_square(x):
+    """x * x after about 30 us of work."""
+    end = time.perf_counter() + 3e-5
+    while time.perf_counter() < end:
+        pass
+    return x * x

@@ -1,0 +1,324 @@
+import multiprocessing
+import os
+import random
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+import fiber
+import helpers
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = fiber.Pool(2)
+    yield p
+    p.terminate()
+
+
+def test_map_starmap_apply(pool):
+    assert pool.map(helpers.square, range(100)) == [x * x for x in range(100)]
+    assert pool.map(helpers.square, []) == []
+    assert pool.starmap(helpers.add, [(1, 2), (3, 4)]) == [3, 7]
+    assert pool.apply(helpers.kw, (1,), {"b": 2, "c": 3}) == (1, 2, 3)
+    assert pool.map(helpers.square, range(50), chunksize=7) == \
+        [x * x for x in range(50)]
+
+
+def test_imap_in_order_and_unordered(pool):
+    assert list(pool.imap(helpers.square, range(300))) == \
+        [x * x for x in range(300)]
+    assert list(pool.imap(helpers.square, range(30), chunksize=4)) == \
+        [x * x for x in range(30)]
+    got = list(pool.imap_unordered(helpers.square, range(300)))
+    assert sorted(got) == sorted(x * x for x in range(300))
+    got = list(pool.imap_unordered(helpers.square, range(30), chunksize=4))
+    assert sorted(got) == sorted(x * x for x in range(30))
+
+
+def test_imap_unordered_yields_fast_results_first(pool):
+    it = pool.imap_unordered(helpers.square, [3])
+    assert list(it) == [9]
+    res = [pool.apply_async(helpers.sleep_then, (i, 0.5 if i == 0 else 0))
+           for i in range(2)]
+    assert res[1].get(10) == 1 and not res[0].ready()
+    assert res[0].get(10) == 0
+
+
+def test_apply_async_callbacks_run_off_the_callers_thread(pool):
+    got, errors, threads = [], [], []
+    done = threading.Event()
+
+    def cb(v):
+        got.append(v)
+        threads.append(threading.current_thread())
+        if len(got) == 10:
+            done.set()
+
+    rs = [pool.apply_async(helpers.square, (i,), callback=cb) for i in range(10)]
+    assert [r.get(10) for r in rs] == [i * i for i in range(10)]
+    assert done.wait(10)
+    assert sorted(got) == [i * i for i in range(10)]
+    assert threading.current_thread() not in threads
+    r = pool.apply_async(helpers.boom, ("bad",), error_callback=errors.append)
+    with pytest.raises(ValueError, match="bad"):
+        r.get(10)
+    assert len(errors) == 1 and isinstance(errors[0], ValueError)
+    assert r.ready() and not r.successful()
+
+
+def test_map_async_and_callback(pool):
+    box = []
+    r = pool.map_async(helpers.square, range(10), callback=box.append)
+    assert r.get(10) == [i * i for i in range(10)]
+    r.wait(5)
+    assert box == [[i * i for i in range(10)]]
+    assert pool.starmap_async(helpers.add, [(1, 1)]).get(10) == [2]
+
+
+def test_get_timeout_raises_multiprocessing_timeout(pool):
+    r = pool.apply_async(helpers.sleep_then, (1, 1.0))
+    with pytest.raises(multiprocessing.TimeoutError):
+        r.get(0.05)
+    assert not r.ready()
+    with pytest.raises(ValueError):
+        r.successful()
+    assert r.get(10) == 1
+    assert r.successful()
+
+
+def test_task_error_fails_only_its_own_result(pool):
+    rs = [pool.apply_async(helpers.boom if i == 3 else helpers.square,
+                           ("three",) if i == 3 else (i,)) for i in range(6)]
+    for i, r in enumerate(rs):
+        if i == 3:
+            with pytest.raises(ValueError) as e:
+                r.get(10)
+            assert str(e.value) == "three"
+            assert "helpers.py" in str(e.value.__cause__)
+            assert "boom" in str(e.value.__cause__)
+        else:
+            assert r.get(10) == i * i
+    with pytest.raises(helpers.CustomError) as e:
+        pool.apply(helpers.custom_boom, (7,))
+    assert e.value.code == 7 and e.value.text == "custom 7"
+    with pytest.raises(ValueError, match="three"):
+        pool.map(helpers.boom, ["three"])
+
+
+def test_unpicklable_argument_and_result_name_the_task(pool):
+    with pytest.raises(fiber.PicklingError, match="square"):
+        pool.apply(helpers.square, (threading.Lock(),))
+    with pytest.raises(fiber.PicklingError, match="unpicklable_result"):
+        pool.apply(helpers.unpicklable_result, (1,))
+    assert pool.apply(helpers.square, (3,)) == 9  # the pool is fine
+
+
+def test_function_the_worker_cannot_import(script):
+    r = script('''
+import fiber, sys, types
+if __name__ == "__main__":
+    mod = types.ModuleType("only_in_master")   # not in the jobs
+    exec("def f(x):\\n    return x", mod.__dict__)
+    mod.f.__module__ = "only_in_master"
+    sys.modules["only_in_master"] = mod
+    with fiber.Pool(1) as pool:
+        try:
+            pool.apply(mod.f, (1,))
+        except Exception as e:
+            print(type(e).__name__, e)
+''')
+    assert r.returncode == 0, r.stderr
+    assert "PicklingError" in r.stdout
+    assert "only_in_master" in r.stdout
+    assert "cannot load the task's function" in r.stdout
+
+
+def test_numpy_arrays_round_trip_out_of_band(pool):
+    np = pytest.importorskip("numpy")
+    a = np.arange(1 << 18, dtype=np.float64)   # 2 MiB: out of band
+    assert pool.apply(helpers.numpy_sum, (a,)) == float(a.sum())
+    b = pool.apply(helpers.numpy_double, (a,))
+    assert b.dtype == a.dtype and (b == a * 2).all()
+    b += 1                                       # results are writable
+    small = np.arange(10)
+    assert (pool.apply(helpers.numpy_double, (small,)) == small * 2).all()
+
+
+def test_initializer_runs_in_every_worker():
+    with fiber.Pool(2, initializer=helpers.set_state,
+                    initargs=("k", "v")) as p:
+        assert set(p.map(helpers.get_state, ["k"] * 20)) == {"v"}
+
+
+def test_failing_initializer_fails_tasks_with_its_message():
+    p = fiber.Pool(1, initializer=helpers.init_fails)
+    with pytest.raises(fiber.FiberError, match="no GPU here"):
+        p.apply(helpers.square, (2,))
+    p.terminate()
+
+
+def test_maxtasksperchild_replaces_workers():
+    with fiber.Pool(1, maxtasksperchild=2) as p:
+        pids = [p.apply(helpers.getpid) for _ in range(6)]
+        assert len(set(pids)) == 3
+
+
+def test_close_join_terminate_and_with():
+    p = fiber.Pool(2)
+    r = p.starmap_async(helpers.sleep_then, [(i, 0.05) for i in range(4)])
+    p.close()
+    with pytest.raises(ValueError, match="not running"):
+        p.apply(helpers.square, (1,))
+    assert p.join(30)
+    assert r.get(1) == [0, 1, 2, 3]
+    with fiber.Pool(2) as p2:
+        r = p2.apply_async(helpers.sleep_then, (1, 30))
+    with pytest.raises(fiber.ClosedError):   # terminated by __exit__
+        r.get(10)
+    with pytest.raises(ValueError):
+        fiber.Pool(0)
+
+
+def test_start_workers_resize_and_stats():
+    p = fiber.Pool(1)
+    assert p.stats()["workers_alive"] == 0          # lazy, as Fiber's
+    p.start_workers()
+    assert p.wait_until_workers_up(timeout=30)
+    p.resize(2)
+    assert p.wait_until_workers_up(2, timeout=30)
+    p.map(helpers.square, range(100))
+    st = p.stats()
+    assert st["tasks_done"] >= 100 and st["workers_target"] == 2
+    p.terminate()
+
+
+def test_a_task_that_keeps_killing_workers_fails_with_crash_error():
+    with fiber.Pool(2) as p:
+        rs = [p.apply_async(helpers.crash_on, (i, 5)) for i in range(10)]
+        for i, r in enumerate(rs):
+            if i == 5:
+                with pytest.raises(fiber.TaskCrashedError):
+                    r.get(60)
+            else:
+                assert r.get(60) == i
+        with pytest.raises(fiber.TaskCrashedError):
+            p.apply(helpers.exit_hard, (1,))
+        with pytest.raises(fiber.TaskCrashedError):
+            p.apply(helpers.segfault, (1,))
+        assert p.apply(helpers.square, (4,)) == 16
+
+
+def _worker_pids(prefix, min_age=0.0):
+    """The pool workers named prefix-N that this process started, found
+    through /proc, that have run for at least min_age seconds."""
+    pids = []
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    flag = ("--fiber-job=%s-" % prefix).encode()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                cmd = f.read().split(b"\0")
+            with open("/proc/%s/stat" % d) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid, start = int(fields[1]), int(fields[19]) / hz
+        if ppid == os.getpid() and any(a.startswith(flag) for a in cmd) \
+                and uptime - start >= min_age:
+            pids.append(int(d))
+    return pids
+
+
+def test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map():
+    n = 100_000
+    with fiber.Pool(2, name="chaos") as p:
+        r = p.map_async(helpers.spin_square, range(n), chunksize=None)
+        kills = 0
+        while not r.ready():
+            time.sleep(0.05)
+            # A worker that has not yet come up is spared: killing every
+            # new worker before its first task is a broken pool, which
+            # fiber reports as such instead of retrying for ever.
+            pids = _worker_pids("chaos", min_age=0.2)
+            if pids:
+                try:
+                    os.kill(random.choice(pids), signal.SIGKILL)
+                    kills += 1
+                except ProcessLookupError:
+                    pass
+        out = r.get(10)
+        st = p.stats()
+    assert out == [x * x for x in range(n)]
+    assert kills >= 2, "the map ended before the test could kill workers"
+    assert st["workers_lost"] >= 1
+    assert st["tasks_done"] >= n
+
+
+def _master_socket():
+    base = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                        "fiber-%d" % os.getuid(), fiber.run_id(), "master.sock")
+    return base
+
+
+def test_garbage_at_the_masters_port_while_a_pool_works():
+    with fiber.Pool(2) as p:
+        r = p.map_async(helpers.square, range(20000))
+        path = _master_socket()
+        assert os.path.exists(path)
+        for blob in (b"\x00" * 64, os.urandom(4096), b"GET / HTTP/1.1\r\n\r\n"):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(path)
+            try:
+                s.sendall(blob)
+                s.settimeout(5)
+                s.recv(1)  # the master drops it
+            except OSError:
+                pass
+            s.close()
+        assert r.get(60) == [x * x for x in range(20000)]
+        assert p.apply(helpers.square, (3,)) == 9
+
+
+def test_ctrl_c_stops_the_run_and_raises_keyboard_interrupt(tmp_path):
+    import subprocess
+    import sys
+    from conftest import HERE, PKG
+    prog = tmp_path / "long.py"
+    prog.write_text('''
+import fiber, sys, time
+def slow(x):
+    time.sleep(0.2)
+    return x
+if __name__ == "__main__":
+    with fiber.Pool(2) as pool:
+        print(fiber.run_id(), flush=True)
+        pool.map(slow, range(10000))
+''')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PKG, HERE]))
+    proc = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    run = proc.stdout.readline().strip()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err
+    time.sleep(0.5)
+    leftovers = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    if run.encode() in f.read():
+                        leftovers.append(d)
+            except OSError:
+                pass
+    assert not leftovers, "jobs of the run still running: %s" % leftovers

@@ -1,0 +1,189 @@
+import os
+import signal
+import time
+
+import pytest
+
+import fiber
+import helpers
+
+
+def test_start_join_exitcode_zero():
+    p = fiber.Process(target=helpers.noop, args=(1,), name="quiet-one")
+    assert p.exitcode is None and not p.is_alive()
+    p.start()
+    assert p.pid and p.pid != os.getpid()
+    p.join(30)
+    assert p.exitcode == 0
+    assert not p.is_alive()
+    assert p.name == "quiet-one"
+
+
+def test_exit_codes_as_multiprocessing():
+    cases = [(helpers.exit_with, (3,), 3), (helpers.exit_with, (0,), 0),
+             (helpers.raise_in_child, (), 1)]
+    procs = [fiber.Process(target=t, args=a) for t, a, _ in cases]
+    for p in procs:
+        p.start()
+    for p, (_, _, want) in zip(procs, cases):
+        p.join(30)
+        assert p.exitcode == want
+
+
+def test_terminate_and_kill_give_minus_the_signal():
+    t = fiber.Process(target=helpers.sleep_forever)
+    k = fiber.Process(target=helpers.sleep_forever)
+    t.start()
+    k.start()
+    time.sleep(0.5)
+    assert t.is_alive() and k.is_alive()
+    assert t in fiber.active_children()
+    t.terminate()
+    k.kill()
+    t.join(30)
+    k.join(30)
+    assert t.exitcode == -signal.SIGTERM
+    assert k.exitcode == -signal.SIGKILL
+    assert t not in fiber.active_children()
+
+
+def test_join_with_timeout_returns_while_running():
+    p = fiber.Process(target=helpers.sleep_then, args=(1, 2.0))
+    p.start()
+    t0 = time.monotonic()
+    p.join(0.2)
+    assert 0.15 < time.monotonic() - t0 < 1.5
+    assert p.is_alive() and p.exitcode is None
+    p.join(30)
+    assert p.exitcode == 0
+
+
+def test_current_process_in_the_child_and_queue_argument():
+    q = fiber.Queue()
+    p = fiber.Process(target=helpers.report_identity, args=(q,), name="who")
+    p.start()
+    pid, name = q.get(timeout=30)
+    p.join(30)
+    assert pid == p.pid
+    assert name == "who"
+    assert fiber.current_process().name == "MainProcess"
+
+
+def test_subclass_overriding_run(script):
+    r = script('''
+import fiber
+class Hello(fiber.Process):
+    def __init__(self, q):
+        super().__init__()
+        self.q = q
+    def run(self):
+        self.q.put("ran " + type(self).__name__)
+if __name__ == "__main__":
+    q = fiber.Queue()
+    p = Hello(q)
+    p.start()
+    print(q.get(timeout=30))
+    p.join()
+    print("exit", p.exitcode)
+''')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["ran Hello", "exit 0"]
+
+
+def test_main_script_functions_work_and_main_block_runs_once(script):
+    r = script('''
+import fiber
+print("top level")          # runs in the master and in every job
+def double(x):
+    return 2 * x
+if __name__ == "__main__":
+    print("main block")
+    with fiber.Pool(2) as pool:
+        print(pool.map(double, range(5)))
+''')
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines.count("main block") == 1
+    assert "[0, 2, 4, 6, 8]" in lines
+    # The jobs imported the script (as __mp_main__) without running the block.
+    assert lines.count("top level") >= 2
+
+
+def test_child_output_is_not_lost(script):
+    r = script('''
+import fiber
+def talk():
+    print("from the child")
+if __name__ == "__main__":
+    p = fiber.Process(target=talk)
+    p.start(); p.join()
+''')
+    assert r.returncode == 0, r.stderr
+    assert "from the child" in r.stdout
+
+
+def test_lambda_needs_cloudpickle(script):
+    with_cp = script('''
+import fiber
+if __name__ == "__main__":
+    k = 5
+    with fiber.Pool(1) as pool:
+        print(pool.apply(lambda x: x + k, (1,)))
+''')
+    assert with_cp.returncode == 0, with_cp.stderr
+    assert with_cp.stdout.strip() == "6"
+    without = script('''
+import sys
+sys.modules["cloudpickle"] = None   # as if it were not installed
+import fiber
+if __name__ == "__main__":
+    with fiber.Pool(1) as pool:
+        pool.apply(lambda x: x, (1,))
+''')
+    assert without.returncode != 0
+    assert "install cloudpickle" in without.stderr
+    assert "PicklingError" in without.stderr
+
+
+def test_meta_validates_and_is_recorded():
+    @fiber.meta(cpu=1, memory=64)
+    def f():
+        pass
+    assert f.__fiber_meta__ == {"cpu": 1, "memory": 64}
+    with pytest.raises(ValueError, match="unknown key 'disk'"):
+        fiber.meta(disk=3)
+    with pytest.raises(ValueError, match="non-negative int"):
+        fiber.meta(cpu=-1)
+
+
+def test_start_twice_and_unstarted_use():
+    p = fiber.Process(target=helpers.noop)
+    with pytest.raises(AssertionError):
+        p.join()
+    p.start()
+    with pytest.raises(AssertionError):
+        p.start()
+    p.join(30)
+
+
+def test_cpu_count_and_run_id():
+    assert fiber.cpu_count() == os.cpu_count()
+    fiber.init()
+    assert fiber.run_id().startswith("fiber-")
+    assert fiber.is_master()
+
+
+def test_unknown_config_key_is_an_error_naming_it():
+    with pytest.raises(fiber.ConfigError, match="no_such_key"):
+        fiber.init(no_such_key=1)
+    with pytest.raises(fiber.ConfigError, match="log_level"):
+        fiber.init(log_level="loud")
+
+
+def test_unknown_config_key_in_the_environment(script):
+    r = script('''
+import fiber
+fiber.Queue()
+''', env={"FIBER_NO_SUCH": "1"})
+    assert r.returncode != 0
+    assert "FIBER_NO_SUCH" in r.stderr or "no_such" in r.stderr

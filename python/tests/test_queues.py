@@ -1,0 +1,89 @@
+import queue
+import time
+
+import pytest
+
+import fiber
+import helpers
+
+
+def test_queue_put_get_and_sizes():
+    q = fiber.Queue(maxsize=2)
+    assert q.empty() and q.qsize() == 0 and not q.full()
+    q.put({"a": 1})
+    q.put_nowait([1, 2])
+    assert q.full() and q.qsize() == 2
+    with pytest.raises(queue.Full):
+        q.put_nowait(3)
+    t0 = time.monotonic()
+    with pytest.raises(queue.Full):
+        q.put(3, timeout=0.1)
+    assert time.monotonic() - t0 >= 0.08
+    assert q.get() == {"a": 1}
+    assert q.get_nowait() == [1, 2]
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.05)
+    with pytest.raises(queue.Empty):
+        q.get(block=False)
+    q.close()
+    with pytest.raises(ValueError):
+        q.put(1)
+
+
+def test_queue_passes_to_processes_and_pool_tasks():
+    q = fiber.Queue()
+    ps = [fiber.Process(target=helpers.put_to, args=(q, i)) for i in range(4)]
+    for p in ps:
+        p.start()
+    got = sorted(q.get(timeout=30) for _ in ps)
+    for p in ps:
+        p.join(30)
+    assert got == [0, 1, 2, 3]
+    with fiber.Pool(2) as pool:
+        pool.starmap(helpers.put_to, [(q, "x%d" % i) for i in range(10)])
+    assert sorted(q.get(timeout=10) for _ in range(10)) == \
+        sorted("x%d" % i for i in range(10))
+
+
+def test_simple_queue():
+    q = fiber.SimpleQueue()
+    assert q.empty()
+    q.put(("t", 1))
+    assert not q.empty()
+    assert q.get() == ("t", 1)
+
+
+def test_pipe_duplex_with_a_child():
+    a, b = fiber.Pipe()
+    p = fiber.Process(target=helpers.echo_pipe, args=(b,))
+    p.start()
+    for msg in ("hi", 2, [3]):
+        a.send(msg)
+        assert a.recv() == ("echo", msg)
+    a.send(None)
+    p.join(30)
+    assert p.exitcode == 0
+
+
+def test_pipe_bytes_poll_and_eof():
+    r, w = fiber.Pipe(duplex=False)
+    assert r.readable and not r.writable and w.writable and not w.readable
+    assert not r.poll(0.05)
+    w.send_bytes(b"hello world", 6, 5)
+    assert r.poll(5)
+    assert r.recv_bytes() == b"world"
+    w.send_bytes(b"abc")
+    buf = bytearray(5)
+    assert r.recv_bytes_into(buf, 1) == 3 and bytes(buf) == b"\0abc\0"
+    w.send(b"x" * 10)
+    with pytest.raises(OSError, match="bad message length"):
+        r.recv_bytes(maxlength=4)
+    with pytest.raises(OSError):
+        w.recv()
+    w.close()
+    with pytest.raises(EOFError):
+        r.recv()
+    with pytest.raises(OSError):
+        w.send(1)
