@@ -247,7 +247,7 @@ def test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map():
             # A worker that has not yet come up is spared: killing every
             # new worker before its first task is a broken pool, which
             # fiber reports as such instead of retrying for ever.
-            pids = _worker_pids("chaos", min_age=0.2)
+            pids = _worker_pids("chaos", min_age=1.0)
             if pids:
                 try:
                     os.kill(random.choice(pids), signal.SIGKILL)
