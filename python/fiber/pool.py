@@ -139,6 +139,16 @@ class MapResult(AsyncResult):
         return out
 
 
+class ChunkedMapResult(MapResult):
+    """A map whose tasks are chunks: each answer is a list of results."""
+
+    def _decode(self, answers):
+        out = []
+        for chunk in MapResult._decode(self, answers):
+            out.extend(chunk)
+        return out
+
+
 class Pool:
     """A pool of worker jobs (multiprocessing.Pool's API, and Fiber's).
 
@@ -285,9 +295,22 @@ class Pool:
         if chunksize is not None and chunksize < 1:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
-        payloads = self._payloads(func, iterable, star)
-        fut = self._pool.map_async(payloads, chunksize or 0)
-        res = MapResult(self, fut, callback, error_callback)
+        if chunksize is None:
+            # As multiprocessing does: about four chunks per worker, each
+            # pickled as one list, so that tiny tasks cost little each.
+            items = iterable if hasattr(iterable, "__len__") else list(iterable)
+            chunksize, extra = divmod(len(items), self._processes * 4)
+            chunksize += 1 if extra else 0
+            iterable = items
+        if chunksize > 1:
+            payloads = [p for _, p in self._chunks(func, iterable, chunksize,
+                                                   star)]
+            fut = self._pool.map_async(payloads, 1)
+            res = ChunkedMapResult(self, fut, callback, error_callback)
+        else:
+            payloads = self._payloads(func, iterable, star)
+            fut = self._pool.map_async(payloads, 1)
+            res = MapResult(self, fut, callback, error_callback)
         if res._event is not None:
             def waiter():
                 try:

@@ -19,6 +19,14 @@ def pool():
     p.terminate()
 
 
+def test_automatic_chunks_keep_order_and_errors(pool):
+    assert pool.map(helpers.square, range(1001)) == [x * x for x in range(1001)]
+    assert pool.map(helpers.square, iter(range(10))) == \
+        [x * x for x in range(10)]
+    with pytest.raises(ValueError, match="three"):
+        pool.map(helpers.boom, ["three"] * 50)
+
+
 def test_map_starmap_apply(pool):
     assert pool.map(helpers.square, range(100)) == [x * x for x in range(100)]
     assert pool.map(helpers.square, []) == []
@@ -190,7 +198,7 @@ def test_start_workers_resize_and_stats():
     assert p.wait_until_workers_up(timeout=30)
     p.resize(2)
     assert p.wait_until_workers_up(2, timeout=30)
-    p.map(helpers.square, range(100))
+    p.map(helpers.square, range(100), chunksize=1)
     st = p.stats()
     assert st["tasks_done"] >= 100 and st["workers_target"] == 2
     p.terminate()
@@ -240,7 +248,7 @@ def _worker_pids(prefix, min_age=0.0):
 def test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map():
     n = 100_000
     with fiber.Pool(2, name="chaos") as p:
-        r = p.map_async(helpers.spin_square, range(n), chunksize=None)
+        r = p.map_async(helpers.spin_square, range(n), chunksize=1)
         kills = 0
         while not r.ready():
             time.sleep(0.05)

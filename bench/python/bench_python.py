@@ -1,0 +1,162 @@
+"""Python benchmarks of fiber against multiprocessing (and Fiber 0.2.1, Ray
+or Dask when importable), measured in the same run.
+
+    build/venv/bin/python bench/python/bench_python.py [--quick]
+
+Prints one line per figure, then one JSON object on the last line:
+fiber's figures under their names, the peers' under "peer"
+("peer": {"multiprocessing": {...}}), and ratios (peer time / fiber time,
+or fiber rate / peer rate: above 1 is fiber ahead).
+
+Figures (2-core machine):
+- overhead_1ms_us, overhead_10ms_us: the Fiber paper's overhead test with
+  Python tasks: 5 workers, rounds of 5 x sleep(t) via apply_async plus one
+  map of 5, repeated; overhead per round = elapsed / rounds - t.
+- apply_rtt_median_us: one worker, apply() of a no-op, median.
+- map_c1_tasks_per_s, map_auto_tasks_per_s: no-op tasks through map with
+  2 workers, chunksize 1 and automatic.
+- numpy_map_gb_per_s: map over 1,000 arrays of 1 MiB returning a scalar.
+- queue_msgs_per_s: 64-byte messages, one producer process, one consumer.
+- manager_dict_setget_median_us: set then get on a manager dict.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_tasks as T  # noqa: E402
+
+
+def timed(fn, *a):
+    t = time.perf_counter()
+    fn(*a)
+    return time.perf_counter() - t
+
+
+def overhead(mod, t, rounds):
+    with mod.Pool(5) as pool:
+        pool.map(T.sleep, [0.0] * 10)  # workers up
+        def run():
+            for _ in range(rounds):
+                rs = [pool.apply_async(T.sleep, (t,)) for _ in range(5)]
+                for r in rs:
+                    r.get()
+                pool.map(T.sleep, [t] * 5)
+        el = timed(run)
+    per_round = el / rounds
+    return (per_round - 2 * t) / 2 * 1e6  # per seq step (apply round + map)
+
+
+def apply_rtt(mod, n):
+    with mod.Pool(1) as pool:
+        pool.apply(T.noop, (0,))
+        samples = []
+        for _ in range(n):
+            t = time.perf_counter()
+            pool.apply(T.noop, (0,))
+            samples.append(time.perf_counter() - t)
+    return statistics.median(samples) * 1e6
+
+
+def map_rate(mod, n, chunksize):
+    with mod.Pool(2) as pool:
+        pool.map(T.noop, range(100))
+        el = timed(pool.map, T.noop, range(n), chunksize)
+    return n / el
+
+
+def numpy_rate(mod, n):
+    import numpy as np
+    arrays = [np.full(1 << 17, i, dtype=np.float64) for i in range(n)]  # 1 MiB
+    with mod.Pool(2) as pool:
+        pool.map(T.asum, arrays[:4])
+        el = timed(pool.map, T.asum, arrays, 1)
+    return n * (1 << 20) / el / 1e9
+
+
+def queue_rate(mod, n):
+    q = mod.Queue()
+    p = mod.Process(target=T.produce, args=(q, n))
+    p.start()
+    q.get()  # the producer is up
+    t = time.perf_counter()
+    for _ in range(n):
+        q.get()
+    el = time.perf_counter() - t
+    p.join()
+    return n / el
+
+
+def manager_setget(mod, n):
+    m = mod.Manager()
+    d = m.dict()
+    samples = []
+    for i in range(n):
+        t = time.perf_counter()
+        d["k"] = i
+        d["k"]
+        samples.append(time.perf_counter() - t)
+    m.shutdown()
+    return statistics.median(samples) * 1e6
+
+
+def measure(mod, quick):
+    s = 0.25 if quick else 1.0
+    r = {}
+    r["overhead_1ms_us"] = overhead(mod, 0.001, int(200 * s))
+    r["overhead_10ms_us"] = overhead(mod, 0.010, int(50 * s))
+    r["apply_rtt_median_us"] = apply_rtt(mod, int(2000 * s))
+    r["map_c1_tasks_per_s"] = map_rate(mod, int(20000 * s), 1)
+    r["map_auto_tasks_per_s"] = map_rate(mod, int(100000 * s), None)
+    try:
+        r["numpy_map_gb_per_s"] = numpy_rate(mod, int(1000 * s))
+    except ImportError:
+        pass
+    r["queue_msgs_per_s"] = queue_rate(mod, int(20000 * s))
+    r["manager_dict_setget_median_us"] = manager_setget(mod, int(2000 * s))
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--peers", default="multiprocessing")
+    args = ap.parse_args()
+    import fiber
+    import multiprocessing
+    mods = {"multiprocessing": multiprocessing.get_context("spawn")}
+    for name in args.peers.split(","):
+        if name in ("ray", "dask", "fiber021"):
+            print("peer %s: not measured by this script" % name)
+    out = {"peer": {}}
+    print("fiber %s, Python %s, %d CPUs" % (fiber.__version__,
+                                           sys.version.split()[0],
+                                           os.cpu_count()))
+    fib = measure(fiber, args.quick)
+    for k, v in fib.items():
+        print("fiber            %-32s %12.1f" % (k, v))
+    out.update(fib)
+    for name, mod in mods.items():
+        res = measure(mod, args.quick)
+        out["peer"][name] = res
+        for k, v in res.items():
+            print("%-16s %-32s %12.1f" % (name, k, v))
+    ratios = {}
+    mp = out["peer"]["multiprocessing"]
+    for k, v in fib.items():
+        if k not in mp or not v or not mp[k]:
+            continue
+        lower_is_better = k.endswith("_us")
+        ratios[k] = mp[k] / v if lower_is_better else v / mp[k]
+        print("ratio vs multiprocessing %-32s %8.2fx" % (k, ratios[k]))
+    out["ratio_vs_multiprocessing"] = ratios
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
