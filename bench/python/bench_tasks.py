@@ -7,7 +7,10 @@ def noop(x):
 
 
 def sleep(t):
+    """Sleeps t seconds and returns how long it slept."""
+    start = time.perf_counter()
     time.sleep(t)
+    return time.perf_counter() - start
 
 
 def asum(a):

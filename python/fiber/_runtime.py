@@ -74,6 +74,19 @@ def ensure(config=None):
         atexit.register(_at_exit)
 
 
+def require_master(what):
+    """Starts fiber if needed; in a job, raises a clear error: only the
+    master starts jobs and creates the objects that live on its server."""
+    if child_mode:
+        raise RuntimeError(
+            "%s: only the master can do this, and this is a job of the run. "
+            "If this happened while the job imported the program's main "
+            "module, that module starts work at import time: put it under "
+            "`if __name__ == \"__main__\":`, as multiprocessing requires"
+            % what)
+    ensure()
+
+
 def started():
     return _started
 

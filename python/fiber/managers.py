@@ -461,7 +461,7 @@ class BaseManager:
     def start(self, initializer=None, initargs=()):
         if self._m is not None:
             raise RuntimeError("manager already started")
-        _runtime.ensure()
+        _runtime.require_master("starting a Manager")
         self._m = _fiber.Manager()
         _runtime.on_shutdown(self.shutdown)
 

@@ -172,7 +172,7 @@ class Pool:
         if maxtasksperchild is not None and (
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
-        _runtime.ensure()
+        _runtime.require_master("fiber.Pool()")
         self._processes = processes or _fiber_cpu_count()
         self._initializer = initializer
         self._initargs = tuple(initargs)

@@ -59,10 +59,7 @@ class Process:
             raise AssertionError("cannot start a process twice")
         if self._closed:
             raise ValueError("process object is closed")
-        _runtime.ensure()
-        if _runtime.child_mode:
-            raise AssertionError("only the master starts processes in "
-                                 "fiber: a job cannot start jobs of its own")
+        _runtime.require_master("Process.start()")
         payload = env.task(env.PROC, env.dumps_callable(self), None,
                            self._name)
         self._handle = _fiber.Process(payload, name=self._job_name(),

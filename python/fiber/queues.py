@@ -34,7 +34,7 @@ class Queue:
 
     def __init__(self, maxsize=0, *, ctx=None, _handle=None):
         if _handle is None:
-            _runtime.ensure()
+            _runtime.require_master("fiber.Queue()")
             _handle = _fiber.Queue.create(maxsize if maxsize > 0 else 0)
         self._q = _handle
         self._maxsize = maxsize if maxsize > 0 else 0
@@ -230,7 +230,7 @@ def Pipe(duplex=True):
     """Returns two Connections.  With duplex both send and receive;
     otherwise the first receives and the second sends, as in
     multiprocessing."""
-    _runtime.ensure()
+    _runtime.require_master("fiber.Pipe()")
     a, b = _fiber.Pipe.create(duplex)
     if duplex:
         return Connection(a, True, True), Connection(b, True, True)

@@ -189,3 +189,18 @@ fiber.Queue()
 ''', env={"FIBER_NO_SUCH": "1"})
     assert r.returncode != 0
     assert "FIBER_NO_SUCH" in r.stderr or "no_such" in r.stderr
+
+
+def test_work_started_at_import_time_in_a_job_says_what_to_do(script):
+    r = script('''
+import fiber
+def f(x):
+    return x
+pool = fiber.Pool(1)          # no main guard: the jobs run this too
+print(pool.map(f, [1, 2]))
+pool.terminate()
+''')
+    # The master works; each job that imports the script is told why its
+    # Pool() failed instead of starting jobs of its own.
+    assert "[1, 2]" in r.stdout, r.stderr
+    assert 'if __name__ == "__main__":' in r.stderr
