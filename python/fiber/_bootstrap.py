@@ -11,30 +11,42 @@
 """
 import json
 import os
-import runpy
 import sys
 import types
 
 
+def _main_code(module, path):
+    """The code of the master's main module, and its file name."""
+    if module:
+        import importlib.util
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            raise ImportError("no module named %r" % module)
+        if spec.submodule_search_locations:  # a package run with -m
+            spec = importlib.util.find_spec(module + ".__main__")
+        return spec.loader.get_code(spec.name), spec.origin
+    with open(path, "rb") as f:
+        return compile(f.read(), path, "exec"), path
+
+
 def _import_main():
+    """Runs the master's main module as __mp_main__.  It is registered as
+    __main__ first, so that what it defined before a failure stays usable,
+    as after a failed import."""
     paths = os.environ.pop("FIBER_PY_SYSPATH", None)
     if paths:
         sys.path[:] = json.loads(paths)
     module = os.environ.pop("FIBER_PY_MAIN_MODULE", None)
     path = os.environ.pop("FIBER_PY_MAIN_PATH", None)
-    main = types.ModuleType("__mp_main__")
-    if module:
-        sys.modules["__mp_main__"] = main
-        main.__dict__.update(runpy.run_module(module, run_name="__mp_main__",
-                                              alter_sys=False))
-    elif path:
-        sys.modules["__mp_main__"] = main
-        sys.argv[:] = [path]
-        main.__file__ = path
-        main.__dict__.update(runpy.run_path(path, run_name="__mp_main__"))
-    else:
+    if not module and not path:
         return
+    main = types.ModuleType("__mp_main__")
     sys.modules["__main__"] = sys.modules["__mp_main__"] = main
+    code, origin = _main_code(module, path)
+    main.__file__ = origin
+    if path:
+        sys.argv[:] = [path]
+    exec(code, main.__dict__)
 
 
 def main():
