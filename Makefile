@@ -73,7 +73,7 @@ test-asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) -E '^install\.' $(CTEST_ARGS)
+	  ctest --output-on-failure -j $(JOBS) -E '^(install|python)\.' $(CTEST_ARGS)
 
 # One libFuzzer process at a time, each target for FUZZ_SECONDS; what a
 # target finds goes to build-fuzz/corpus/<t> (its seeds stay in

@@ -41,6 +41,9 @@ SKIP = [
      "needs a docker engine or a cluster (or its stand-in script); a "
      "container or cluster job does not run under valgrind"),
     (r"^install\.", "configures, builds and installs with cmake and cc"),
+    (r"^python\.", "the Python suite runs the interpreter, not a fiber "
+     "program built here (make test runs it; the extension's C is the "
+     "library's, which the other cases check)"),
     (r"^es\.cartpole$|^soak\.", "trains or soaks for minutes natively"),
     (r"^test_tool\.", "runs the fiber command, a shell and cmake"),
     (r"^test_local\.",

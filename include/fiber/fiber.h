@@ -1161,6 +1161,24 @@ FIBER_API int fiber_manager_state(fiber_buf **state);
 FIBER_API int fiber_image_build(const char *program, const char *tag,
                                 fiber_buf *id_out);
 
+/* fiber_image_build for a program that needs more than its libraries: an
+ * interpreter and its program.  trees (NULL-terminated absolute paths;
+ * may be NULL) are added at the same paths: a directory with everything
+ * under it (symbolic links kept as links, with what they point to), a
+ * file alone; excludes (NULL-terminated absolute paths, may be NULL) are
+ * left out of the trees.  The libraries every shared object found in the
+ * trees needs are added as the program's are (those the loader cannot
+ * find are left out: a module that needs them fails to import in the
+ * container as on such a host).  The Python package builds its images
+ * with it: the interpreter, its standard library, the site-packages on
+ * sys.path and the program's folder (docs/python.md).  Returns as
+ * fiber_image_build does; FIBER_EINVAL also for a relative or missing
+ * tree. */
+FIBER_API int fiber_image_build_trees(const char *program,
+                                      const char *const *trees,
+                                      const char *const *excludes,
+                                      const char *tag, fiber_buf *id_out);
+
 /* Writes program's default image tag into buf (size bytes):
  * "fiber/<program's base name, lower-cased>:<first 12 hex digits of its
  * GNU build id>" (of a BLAKE2b hash of the file if it has no build id).

@@ -38,8 +38,14 @@ def _main_info():
 
 
 def job_environment():
+    # PYTHONPATH lets `-m fiber._bootstrap` find this very package in a job
+    # whose environment is not the master's (a container, a Slurm node);
+    # the bootstrap then takes the master's whole sys.path.
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {"FIBER_PY_SYSPATH": json.dumps([p if p else os.getcwd()
-                                           for p in sys.path])}
+                                           for p in sys.path]),
+           "PYTHONPATH": os.pathsep.join(
+               [here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.update(_main_info())
     return env
 

@@ -288,6 +288,39 @@ static PyObject *py_set_handlers(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* image_build(program, trees, excludes, tag) -> image id: builds a
+ * container image of an interpreter and the trees it needs
+ * (fiber_image_build_trees), imported into the Docker Engine. */
+static PyObject *py_image_build(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *program, *tag = NULL;
+    PyObject *trees, *excludes;
+    if (!PyArg_ParseTuple(args, "sOO|z", &program, &trees, &excludes, &tag))
+        return NULL;
+    const char **t = str_array(trees, "trees");
+    const char **x = t ? str_array(excludes, "excludes") : NULL;
+    if (!t || !x) {
+        PyMem_Free(t);
+        return NULL;
+    }
+    fiber_buf id = {0};
+    int rc;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = fiber_image_build_trees(program, t, x, tag, &id);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    PyMem_Free(t);
+    PyMem_Free(x);
+    PyObject *res = rc ? fbp_raise(rc, msg)
+                       : PyUnicode_FromStringAndSize((char *)id.data,
+                                                     (Py_ssize_t)id.len);
+    fiber_buf_free(&id);
+    return res;
+}
+
 static PyObject *py_strerror(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -312,6 +345,8 @@ static PyMethodDef module_methods[] = {
     {"shutdown", py_shutdown, METH_NOARGS, "fiber_shutdown()."},
     {"set_handlers", py_set_handlers, METH_VARARGS,
      "set_handlers(task, method): the worker side's Python entry points."},
+    {"image_build", py_image_build, METH_VARARGS,
+     "image_build(program, trees, excludes, tag=None) -> image id."},
     {"strerror", py_strerror, METH_VARARGS,
      "strerror(code) -> (name, text)."},
     {NULL, NULL, 0, NULL},

@@ -24,3 +24,36 @@ def run_script(tmp_path, source, timeout=60, env=None, name="prog.py"):
 @pytest.fixture
 def script(tmp_path):
     return lambda source, **kw: run_script(tmp_path, source, **kw)
+
+
+BACKEND = os.environ.get("FIBER_BACKEND", "local")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "local_only: needs the local backend (it inspects the "
+        "jobs' processes, their output or the master's unix socket); left "
+        "out of the reruns on other backends")
+    config.addinivalue_line(
+        "markers", "host_files: runs a program written to a temporary "
+        "folder, which jobs must see at the same path (local, or slurm on "
+        "a shared file system); left out of the docker rerun, whose image "
+        "holds the test folder only")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On another backend (the slurm rerun), the local-only cases are not
+    collected at all: they are not part of that suite, so they are neither
+    passed nor skipped."""
+    if BACKEND == "local":
+        return
+    keep, drop = [], []
+    for item in items:
+        out = item.get_closest_marker("local_only") or (
+            BACKEND in ("docker", "kubernetes") and
+            (item.get_closest_marker("host_files") or
+             "script" in getattr(item, "fixturenames", ())))
+        (drop if out else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

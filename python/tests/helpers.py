@@ -161,3 +161,12 @@ def spin_square(x):
     while time.perf_counter() < end:
         pass
     return x * x
+
+
+_TOKEN = os.urandom(8).hex()
+
+
+def process_token(_=None):
+    """A value unique to the process that runs it (pids repeat across
+    containers, each with its own pid namespace)."""
+    return _TOKEN

@@ -50,6 +50,9 @@ def test_imap_in_order_and_unordered(pool):
 def test_imap_unordered_yields_fast_results_first(pool):
     it = pool.imap_unordered(helpers.square, [3])
     assert list(it) == [9]
+    # Both workers connected (each takes one of these), so that the slow
+    # task and the fast one run side by side.
+    pool.starmap(helpers.sleep_then, [(0, 0.3), (1, 0.3)], chunksize=1)
     res = [pool.apply_async(helpers.sleep_then, (i, 0.5 if i == 0 else 0))
            for i in range(2)]
     assert res[1].get(10) == 1 and not res[0].ready()
@@ -171,7 +174,7 @@ def test_failing_initializer_fails_tasks_with_its_message():
 
 def test_maxtasksperchild_replaces_workers():
     with fiber.Pool(1, maxtasksperchild=2) as p:
-        pids = [p.apply(helpers.getpid) for _ in range(6)]
+        pids = [p.apply(helpers.process_token) for _ in range(6)]
         assert len(set(pids)) == 3
 
 
@@ -245,6 +248,7 @@ def _worker_pids(prefix, min_age=0.0):
     return pids
 
 
+@pytest.mark.local_only
 def test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map():
     n = 100_000
     with fiber.Pool(2, name="chaos") as p:
@@ -276,6 +280,7 @@ def _master_socket():
     return base
 
 
+@pytest.mark.local_only
 def test_garbage_at_the_masters_port_while_a_pool_works():
     with fiber.Pool(2) as p:
         r = p.map_async(helpers.square, range(20000))
@@ -295,6 +300,7 @@ def test_garbage_at_the_masters_port_while_a_pool_works():
         assert p.apply(helpers.square, (3,)) == 9
 
 
+@pytest.mark.host_files
 def test_ctrl_c_stops_the_run_and_raises_keyboard_interrupt(tmp_path):
     import subprocess
     import sys

@@ -8,6 +8,7 @@ import fiber
 import helpers
 
 
+@pytest.mark.local_only
 def test_start_join_exitcode_zero():
     p = fiber.Process(target=helpers.noop, args=(1,), name="quiet-one")
     assert p.exitcode is None and not p.is_alive()
@@ -58,6 +59,7 @@ def test_join_with_timeout_returns_while_running():
     assert p.exitcode == 0
 
 
+@pytest.mark.local_only
 def test_current_process_in_the_child_and_queue_argument():
     q = fiber.Queue()
     p = fiber.Process(target=helpers.report_identity, args=(q,), name="who")
@@ -111,6 +113,7 @@ if __name__ == "__main__":
     assert "{'__mp_main__'}" in lines
 
 
+@pytest.mark.local_only
 def test_child_output_is_not_lost(script):
     r = script('''
 import fiber
@@ -191,6 +194,7 @@ fiber.Queue()
     assert "FIBER_NO_SUCH" in r.stderr or "no_such" in r.stderr
 
 
+@pytest.mark.local_only
 def test_work_started_at_import_time_in_a_job_says_what_to_do(script):
     r = script('''
 import fiber

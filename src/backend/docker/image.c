@@ -15,6 +15,7 @@
  * name does not fit) and sent as the body of POST /images/create?fromSrc=-.
  */
 #include <elf.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -649,36 +650,78 @@ static int inspect_program(const char *program, struct program_info *pi)
  * image exists to run it.
  */
 
+/* A set of paths in insertion order, with an open-addressing index
+ * (a Python environment puts tens of thousands of files in an image). */
 struct path_list {
     char **items;
     size_t n, cap;
+    size_t *slots; /* index + 1 into items, 0 = empty; nslots a power of 2 */
+    size_t nslots;
 };
+
+static size_t path_hash(const char *p, size_t len)
+{
+    size_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The slot where path is, or the empty one where it would go. */
+static size_t *path_slot(const struct path_list *l, const char *path,
+                         size_t len)
+{
+    size_t mask = l->nslots - 1;
+    for (size_t i = path_hash(path, len) & mask;; i = (i + 1) & mask) {
+        size_t *s = &l->slots[i];
+        if (*s == 0)
+            return s;
+        const char *item = l->items[*s - 1];
+        if (strlen(item) == len && memcmp(item, path, len) == 0)
+            return s;
+    }
+}
+
+static int path_list_grow(struct path_list *l)
+{
+    size_t cap = l->cap ? 2 * l->cap : 32;
+    char **items = realloc(l->items, cap * sizeof *items);
+    size_t *slots = calloc(2 * cap, sizeof *slots);
+    if (!items || !slots) {
+        if (items)
+            l->items = items;
+        free(slots);
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    }
+    free(l->slots);
+    l->items = items;
+    l->cap = cap;
+    l->slots = slots;
+    l->nslots = 2 * cap;
+    for (size_t i = 0; i < l->n; i++)
+        *path_slot(l, l->items[i], strlen(l->items[i])) = i + 1;
+    return 0;
+}
 
 static int path_list_add(struct path_list *l, const char *path, size_t len)
 {
-    for (size_t i = 0; i < l->n; i++)
-        if (strlen(l->items[i]) == len && memcmp(l->items[i], path, len) == 0)
-            return 0;
+    if (l->nslots && *path_slot(l, path, len))
+        return 0;
     if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 32;
-        char **items = realloc(l->items, cap * sizeof *items);
-        if (!items)
-            return fb_err(FIBER_ENOMEM, "out of memory");
-        l->items = items;
-        l->cap = cap;
+        int rc = path_list_grow(l);
+        if (rc)
+            return rc;
     }
     if (!(l->items[l->n] = strndup(path, len)))
         return fb_err(FIBER_ENOMEM, "out of memory");
     l->n++;
+    *path_slot(l, path, len) = l->n;
     return 0;
 }
 
 static int path_list_has(const struct path_list *l, const char *path)
 {
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->items[i], path) == 0)
-            return 1;
-    return 0;
+    return l->nslots && *path_slot(l, path, strlen(path)) != 0;
 }
 
 static void path_list_free(struct path_list *l)
@@ -686,6 +729,7 @@ static void path_list_free(struct path_list *l)
     for (size_t i = 0; i < l->n; i++)
         free(l->items[i]);
     free(l->items);
+    free(l->slots);
     memset(l, 0, sizeof *l);
 }
 
@@ -757,7 +801,7 @@ static int run_loader(const struct program_info *pi, fiber_buf *output,
  *     linux-vdso.so.1 (0x...)              (in the kernel: skipped)
  *     libfoo.so.1 => not found             (an error) */
 static int parse_listing(const struct program_info *pi, const char *text,
-                         struct path_list *libs)
+                         struct path_list *libs, int lenient)
 {
     const char *line = text;
     while (*line) {
@@ -768,6 +812,11 @@ static int parse_listing(const struct program_info *pi, const char *text,
             p++;
         const char *arrow = memmem(p, (size_t)(end - p), " => ", 4);
         const char *path = arrow ? arrow + 4 : p;
+        if (arrow && end - path >= 9 && memcmp(path, "not found", 9) == 0 &&
+            lenient) {
+            line = eol ? eol + 1 : end; /* an optional module's library */
+            continue;
+        }
         if (arrow && end - path >= 9 && memcmp(path, "not found", 9) == 0)
             return fb_err(FIBER_EINVAL,
                           "%s needs %.*s, which the dynamic loader cannot "
@@ -805,7 +854,7 @@ static int list_libraries(const struct program_info *pi,
                     pi->interp, pi->path,
                     out.len > 1 ? (const char *)out.data : "nothing");
     if (rc == 0)
-        rc = parse_listing(pi, (const char *)out.data, libs);
+        rc = parse_listing(pi, (const char *)out.data, libs, 0);
     if (rc == 0)
         rc = path_list_add(libs, pi->interp, strlen(pi->interp));
     fiber_buf_free(&out);
@@ -1100,6 +1149,112 @@ static void tar_free(struct tar *t)
     path_list_free(&t->added);
 }
 
+/* ---- trees: the extra directories of an interpreted program ---------- */
+
+struct trees {
+    const struct program_info *pi; /* whose loader lists a .so's libraries */
+    const char *const *excludes;   /* absolute paths left out, or NULL */
+    struct path_list *libs;        /* libraries the trees' objects need */
+};
+
+static int excluded(const struct trees *tr, const char *path)
+{
+    for (size_t i = 0; tr->excludes && tr->excludes[i]; i++)
+        if (strcmp(tr->excludes[i], path) == 0)
+            return 1;
+    return 0;
+}
+
+static int is_shared_object(const char *name)
+{
+    size_t n = strlen(name);
+    return (n > 3 && strcmp(name + n - 3, ".so") == 0) || strstr(name, ".so.");
+}
+
+/* Adds the libraries a shared object of a tree needs (a Python extension
+ * module's libsodium, say).  A library the loader cannot find is left
+ * out: the module is one the program may never import (tkinter without
+ * Tk), and if it does, the import fails in the container as on a host
+ * without that library. */
+static int tree_object_libraries(const struct trees *tr, const char *path)
+{
+    if (!tr->pi->interp[0])
+        return 0;
+    struct program_info so = *tr->pi;
+    fb_strlcpy(so.path, path, sizeof so.path);
+    fiber_buf out = {0};
+    int status = 0;
+    int rc = run_loader(&so, &out, &status);
+    if (rc == 0)
+        rc = fiber_buf_append(&out, "", 1);
+    if (rc == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        rc = parse_listing(&so, (const char *)out.data, tr->libs, 1);
+    fiber_buf_free(&out);
+    return rc;
+}
+
+static int tar_add_tree(struct tar *t, const struct trees *tr,
+                        const char *dir, int depth)
+{
+    if (depth > 64)
+        return fb_err(FIBER_EINVAL, "%s: directories nested too deep", dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return fb_err_errno(FIBER_ESYS, "cannot read %s for the image", dir);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char path[PATH_MAX];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >=
+            sizeof path) {
+            rc = fb_err(FIBER_EINVAL, "path too long under %s", dir);
+            break;
+        }
+        struct stat st;
+        if (excluded(tr, path) || lstat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            rc = tar_add_entry(t, path, &st, NULL);
+            if (rc == 0)
+                rc = tar_add_tree(t, tr, path, depth + 1);
+        } else if (S_ISLNK(st.st_mode) || S_ISREG(st.st_mode)) {
+            rc = tar_add_path(t, path, 0);
+            if (rc == 0 && S_ISREG(st.st_mode) && is_shared_object(e->d_name))
+                rc = tree_object_libraries(tr, path);
+        } /* sockets, fifos, devices: not part of a program */
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Adds each tree (a directory, with everything under it but the
+ * excludes, or a single file) at its own path. */
+static int add_trees(struct tar *t, const struct trees *tr,
+                     const char *const *roots)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && roots && roots[i]; i++) {
+        const char *root = roots[i];
+        struct stat st;
+        if (root[0] != '/')
+            return fb_err(FIBER_EINVAL, "'%s': image trees are absolute "
+                                        "paths", root);
+        if (stat(root, &st) != 0)
+            return fb_err_errno(FIBER_EINVAL, "cannot add %s to the image",
+                                root);
+        rc = tar_add_path(t, root, 0);
+        if (rc == 0 && S_ISDIR(st.st_mode)) {
+            char real[PATH_MAX];
+            if (!realpath(root, real))
+                return fb_err_errno(FIBER_ESYS, "realpath %s", root);
+            rc = tar_add_tree(t, tr, real, 0);
+        }
+    }
+    return rc;
+}
+
 /* Builds the image's file system: /tmp, the program, its libraries and
  * the loader, and the loader's cache. */
 static int build_tar(const struct program_info *pi,
@@ -1291,6 +1446,14 @@ static void drop_untagged(struct fb_engine *e, const char *id)
 FIBER_API int fiber_image_build(const char *program, const char *tag,
                                 fiber_buf *id_out)
 {
+    return fiber_image_build_trees(program, NULL, NULL, tag, id_out);
+}
+
+FIBER_API int fiber_image_build_trees(const char *program,
+                                      const char *const *trees,
+                                      const char *const *excludes,
+                                      const char *tag, fiber_buf *id_out)
+{
     if (!id_out)
         return fb_err(FIBER_EINVAL, "fiber_image_build: id_out is NULL");
     struct program_info pi;
@@ -1312,6 +1475,9 @@ FIBER_API int fiber_image_build(const char *program, const char *tag,
     struct path_list libs = {0};
     struct tar t = {0};
     rc = list_libraries(&pi, &libs);
+    struct trees tr = {&pi, excludes, &libs};
+    if (rc == 0 && trees)
+        rc = add_trees(&t, &tr, trees); /* may add to libs */
     if (rc == 0)
         rc = build_tar(&pi, &libs, &t);
     char path[4096];
