@@ -5,8 +5,12 @@ or Dask when importable), measured in the same run.
 
 Prints one line per figure, then one JSON object on the last line:
 fiber's figures under their names, the peers' under "peer"
-("peer": {"multiprocessing": {...}}), and ratios (peer time / fiber time,
-or fiber rate / peer rate: above 1 is fiber ahead).
+("peer": {"multiprocessing": {...}, "ray": {...}}), and ratios under
+"ratio_vs_<peer>" (peer time / fiber time, or fiber rate / peer rate:
+above 1 is fiber ahead).  Fiber 0.2.1, Ray and Dask are measured on the
+pool figures when bench/python/peers-env.sh has installed them into
+build/venv-peers (each in a process of its own: Uber's package is also
+called `fiber`).
 
 Figures (2-core machine):
 - overhead_1ms_us, overhead_10ms_us: the Fiber paper's overhead test with
@@ -34,6 +38,20 @@ sys.path.insert(0, HERE)
 import bench_tasks as T  # noqa: E402
 
 
+class _pool:
+    """`with _pool(mod, n) as pool`: mod.Pool(n), terminated at the end
+    (Fiber 0.2.1's pool is no context manager)."""
+
+    def __init__(self, mod, n):
+        self.pool = mod.Pool(n)
+
+    def __enter__(self):
+        return self.pool
+
+    def __exit__(self, *exc):
+        self.pool.terminate()
+
+
 def timed(fn, *a):
     t = time.perf_counter()
     fn(*a)
@@ -45,7 +63,7 @@ def overhead(mod, t, rounds):
     apply_async of a task that sleeps t and returns the sleep it measured;
     overhead per round = (total - floor) / rounds, where the floor is the
     sum over rounds of each round's longest measured sleep."""
-    with mod.Pool(5) as pool:
+    with _pool(mod, 5) as pool:
         pool.map(T.sleep, [0.0] * 10, 1)  # workers up
         floor = 0.0
         start = time.perf_counter()
@@ -57,7 +75,7 @@ def overhead(mod, t, rounds):
 
 
 def apply_rtt(mod, n):
-    with mod.Pool(1) as pool:
+    with _pool(mod, 1) as pool:
         pool.apply(T.noop, (0,))
         samples = []
         for _ in range(n):
@@ -68,7 +86,7 @@ def apply_rtt(mod, n):
 
 
 def map_rate(mod, n, chunksize):
-    with mod.Pool(2) as pool:
+    with _pool(mod, 2) as pool:
         pool.map(T.noop, range(100))
         el = timed(pool.map, T.noop, range(n), chunksize)
     return n / el
@@ -77,7 +95,7 @@ def map_rate(mod, n, chunksize):
 def numpy_rate(mod, n):
     import numpy as np
     arrays = [np.full(1 << 17, i, dtype=np.float64) for i in range(n)]  # 1 MiB
-    with mod.Pool(2) as pool:
+    with _pool(mod, 2) as pool:
         pool.map(T.asum, arrays[:4])
         el = timed(pool.map, T.asum, arrays, 1)
     return n * (1 << 20) / el / 1e9
@@ -109,7 +127,8 @@ def manager_setget(mod, n):
     return statistics.median(samples) * 1e6
 
 
-def measure(mod, quick):
+def measure_pool(mod, quick):
+    """The pool figures, which every peer is measured on."""
     s = 0.25 if quick else 1.0
     r = {}
     r["overhead_1ms_us"] = overhead(mod, 0.001, int(200 * s))
@@ -117,6 +136,12 @@ def measure(mod, quick):
     r["apply_rtt_median_us"] = apply_rtt(mod, int(2000 * s))
     r["map_c1_tasks_per_s"] = map_rate(mod, int(20000 * s), 1)
     r["map_auto_tasks_per_s"] = map_rate(mod, int(100000 * s), None)
+    return r
+
+
+def measure(mod, quick):
+    s = 0.25 if quick else 1.0
+    r = measure_pool(mod, quick)
     try:
         r["numpy_map_gb_per_s"] = numpy_rate(mod, int(1000 * s))
     except ImportError:
@@ -126,17 +151,44 @@ def measure(mod, quick):
     return r
 
 
+def measure_peer(name, venv, quick):
+    """A peer's pool figures from peer_measure.py in its own venv, or None
+    (with the reason printed) when it is not installed or fails."""
+    import subprocess
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        print("peer %s: %s is missing (bench/python/peers-env.sh makes it)"
+              % (name, venv))
+        return None
+    cmd = [py, os.path.join(HERE, "peer_measure.py"), "--peer", name]
+    if quick:
+        cmd.append("--quick")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except subprocess.TimeoutExpired:
+        print("peer %s: timed out" % name)
+        return None
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        err = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        print("peer %s: not measured (%s)" % (name, err))
+        return None
+    return json.loads(lines[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--peers", default="multiprocessing")
+    ap.add_argument("--peers", default="fiber021,ray,dask",
+                    help="peers besides multiprocessing, measured from "
+                    "--peers-venv when installed there (comma-separated; "
+                    "'' for none)")
+    ap.add_argument("--peers-venv", default=os.path.join(
+        os.path.dirname(os.path.dirname(HERE)), "build", "venv-peers"))
     args = ap.parse_args()
     import fiber
     import multiprocessing
     mods = {"multiprocessing": multiprocessing.get_context("spawn")}
-    for name in args.peers.split(","):
-        if name in ("ray", "dask", "fiber021"):
-            print("peer %s: not measured by this script" % name)
     out = {"peer": {}}
     print("fiber %s, Python %s, %d CPUs" % (fiber.__version__,
                                            sys.version.split()[0],
@@ -150,6 +202,13 @@ def main():
         out["peer"][name] = res
         for k, v in res.items():
             print("%-16s %-32s %12.1f" % (name, k, v))
+    for name in [p for p in args.peers.split(",") if p]:
+        res = measure_peer(name, args.peers_venv, args.quick)
+        if res is None:
+            continue
+        out["peer"][name] = res
+        for k, v in res.items():
+            print("%-16s %-32s %12.1f" % (name, k, v))
     ratios = {}
     mp = out["peer"]["multiprocessing"]
     for k, v in fib.items():
@@ -159,6 +218,14 @@ def main():
         ratios[k] = mp[k] / v if lower_is_better else v / mp[k]
         print("ratio vs multiprocessing %-32s %8.2fx" % (k, ratios[k]))
     out["ratio_vs_multiprocessing"] = ratios
+    for name, res in out["peer"].items():
+        if name == "multiprocessing":
+            continue
+        for k, v in res.items():
+            if k in fib and v and fib[k]:
+                r = v / fib[k] if k.endswith("_us") else fib[k] / v
+                out.setdefault("ratio_vs_" + name, {})[k] = r
+                print("ratio vs %-15s %-32s %8.2fx" % (name, k, r))
     print(json.dumps(out))
 
 
