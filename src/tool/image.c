@@ -23,7 +23,11 @@ static const char image_help[] =
     "  -h, --help            show this help\n"
     "\n"
     "The daemon is reached at docker_socket (FIBER_DOCKER_SOCKET; default\n"
-    "/var/run/docker.sock).  Exit status: 0 built, 1 failed, 2 usage error.\n";
+    "/var/run/docker.sock).  Exit status: 0 built, 1 failed, 2 usage error.\n"
+    "\n"
+    "For a Python program, `python -m fiber.image build SCRIPT` (with the\n"
+    "interpreter that runs it) adds the interpreter's standard library,\n"
+    "sys.path and the program's folder (docs/python.md).\n";
 
 static double now_s(void)
 {
