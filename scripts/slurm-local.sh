@@ -176,9 +176,12 @@ install_pkgs() {
     SUDO=sudo
   fi
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq || die "apt-get update failed"
+  # Waits for the dpkg lock (10 min) and for the project's other scripts
+  # (scripts/deps.sh, k8s-local.sh) instead of failing while they install.
+  apt="$SUDO flock /var/lock/fiber-apt.lock apt-get -o DPkg::Lock::Timeout=600"
+  $apt update -qq || die "apt-get update failed"
   # shellcheck disable=SC2086
-  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null ||
+  $apt install -y -qq --no-install-recommends $missing >/dev/null ||
     die "apt-get install failed:$missing"
 }
 

@@ -10,7 +10,16 @@
  *     registry and fiber builds none there) with the master's program at
  *     its own path as the command and the job's arguments, environment
  *     and working directory, restartPolicy Never;
+ *   - shares one process namespace among its containers
+ *     (shareProcessNamespace), so that the program is not the namespace's
+ *     init (pid 1, which ignores every signal it has no handler for: its
+ *     own raise(SIGKILL), a SIGTERM) and dies of signals as it would
+ *     anywhere else; the sandbox's pause process reaps orphans;
  *   - has limits for cpu, memory and nvidia.com/gpu from the job options;
+ *   - uses the node's network when k8s_host_network is set (a cluster
+ *     without a pod network, such as the test cluster of
+ *     scripts/k8s-local.sh), and the imagePullPolicy k8s_pull_policy
+ *     when that is set (Never: the image must be on the node already);
  *   - mounts the persistent volume claims of k8s_volumes
  *     ("claim:/path[:ro],..."), so that input data reaches every worker;
  *   - reads the run's token from a Secret: one per run
@@ -728,7 +737,8 @@ static json_t *limits_of(const fiber_job_opts *o, int *bad)
     return l;
 }
 
-static json_t *container_of(const struct fb_job_spec *spec, const char *image,
+static json_t *container_of(const struct fb_config *cfg,
+                            const struct fb_job_spec *spec, const char *image,
                             const char *program, json_t *mounts)
 {
     json_t *c = json_object(), *cmd = json_array(), *args = json_array();
@@ -736,6 +746,9 @@ static json_t *container_of(const struct fb_job_spec *spec, const char *image,
     int bad = !c || !cmd || !args || !env;
     fb_json_put(c, "name", json_string(CONTAINER), &bad);
     fb_json_put(c, "image", json_string(image), &bad);
+    if (cfg->k8s_pull_policy[0])
+        fb_json_put(c, "imagePullPolicy", json_string(cfg->k8s_pull_policy),
+                    &bad);
     fb_json_push(cmd, json_string(program), &bad);
     fb_json_put(c, "command", cmd, &bad);
     for (size_t i = 1; spec->argv[0] && spec->argv[i]; i++)
@@ -790,17 +803,21 @@ static int pod_of(struct fb_backend *be, const struct fb_job_spec *spec,
     snprintf(id, sizeof id, "%llu", (unsigned long long)spec->job_id);
     json_t *p = rc ? NULL : json_pack(
         "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s, s:s}, s:{s:s}},"
-        " s:{s:s, s:I, s:b, s:b, s:[o], s:o}}",
+        " s:{s:s, s:I, s:b, s:b, s:b, s:[o], s:o}}",
         "apiVersion", "v1", "kind", "Pod", "metadata", "name", pod, "labels",
         "fiber.run", ks->run, "fiber.job", id, "fiber.role", "job",
         "app.kubernetes.io/managed-by", "fiber", "annotations", "fiber.name",
         spec->name, "spec", "restartPolicy", "Never",
         "terminationGracePeriodSeconds", (json_int_t)ks->grace_s,
         "enableServiceLinks", 0, "automountServiceAccountToken", 0,
-        "containers", container_of(spec, image, program, mounts), "volumes",
-        json_incref(volumes));
+        "shareProcessNamespace", 1,
+        "containers", container_of(be->cfg, spec, image, program, mounts),
+        "volumes", json_incref(volumes));
     if (!rc && !p)
         rc = fb_err(FIBER_ENOMEM, "out of memory describing pod %s", pod);
+    if (p && be->cfg->k8s_host_network)
+        json_object_set_new(json_object_get(p, "spec"), "hostNetwork",
+                            json_true());
     if (p && ks->owner_uid[0])
         json_object_set_new(
             json_object_get(p, "metadata"), "ownerReferences",
