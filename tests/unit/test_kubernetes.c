@@ -1,7 +1,9 @@
 /*
- * test_kubernetes.c -- the kubernetes backend against a real kube-apiserver
- * (scripts/k8s-local.sh) whose pods the test node agent (tests/k8s/
- * node_agent.c) runs as local processes.
+ * test_kubernetes.c -- the kubernetes backend against a real single-node
+ * cluster (scripts/k8s-local.sh: kube-apiserver, kube-controller-manager,
+ * kube-scheduler, and a kubelet that runs every pod as a container of this
+ * host's Docker Engine, from image fiber-test/test_kubernetes:ci made by
+ * `fiber image build`, on the node's network).
  *
  * tests/k8s/run.sh runs each case with the configuration of that cluster
  * in the environment (FIBER_BACKEND=kubernetes, FIBER_K8S_SERVER,
@@ -597,9 +599,9 @@ TEST(fiber_run_starts_the_master_as_a_pod)
     self[n] = '\0';
     char cmd[9000];
     snprintf(cmd, sizeof cmd,
-             "%s run --backend kubernetes --image fiber-test/agent:1 -- %s "
+             "%s run --backend kubernetes --image '%s' -- %s "
              "helper_master_in_pod 2>&1",
-             FIBER_TOOL_PATH, self);
+             FIBER_TOOL_PATH, getenv("FIBER_IMAGE"), self);
     FILE *f = popen(cmd, "r");
     CHECK(f);
     char out[8192] = "", line[1024];
@@ -631,6 +633,98 @@ TEST(fiber_run_starts_the_master_as_a_pod)
     CHECK_EQ(json_integer_value(json_object_get(term, "exitCode")), 42);
     json_decref(p);
     admin_delete_pod(pod);
+}
+
+/* The master of a run in its pod: starts two workers that sleep, says
+ * "workers started" and sleeps until the test deletes its pod. */
+TEST(helper_master_with_workers)
+{
+    fiber_process *p[2];
+    int ms = 300000;
+    for (int i = 0; i < 2; i++)
+        CHECK_OK(fiber_process_start(&p[i], "sleeper", &ms, sizeof ms, NULL));
+    printf("workers started\n");
+    fflush(stdout);
+    sleep_ms(ms);
+    exit(3); /* the test deletes this pod long before */
+}
+
+/* The run's objects of a kind ("pods", "secrets") with label fiber.run =
+ * run, as the administrator sees them; role "" matches any. */
+static size_t count_run_objects(const char *kind, const char *run,
+                                const char *role)
+{
+    char path[400];
+    snprintf(path, sizeof path,
+             "/api/v1/namespaces/%s/%s?labelSelector=fiber.run%%3D%s%s%s",
+             admin.ns, kind, run, role[0] ? "%2Cfiber.role%3D" : "", role);
+    json_t *l = NULL;
+    CHECK_EQ(admin_get(path, &l), 200);
+    size_t n = json_array_size(json_object_get(l, "items"));
+    json_decref(l);
+    return n;
+}
+
+/* Owner references at work: the master runs in a pod (fiber run), its
+ * workers' pods and the run's Secret name that pod as their owner, and
+ * when the pod is deleted (at once: the master gets no chance to clean
+ * up), the cluster's garbage collector deletes them. */
+TEST(deleting_the_master_pod_deletes_its_workers_and_secret)
+{
+    NEED_CLUSTER();
+    admin_open();
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n] = '\0';
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd,
+             "%s run --detach --backend kubernetes --image '%s' -- %s "
+             "helper_master_with_workers 2>&1",
+             FIBER_TOOL_PATH, getenv("FIBER_IMAGE"), self);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    char out[8192] = "", line[1024];
+    while (fgets(line, sizeof line, f))
+        strncat(out, line, sizeof out - strlen(out) - 1);
+    CHECK_EQ(pclose(f), 0);
+    fprintf(stderr, "%s", out);
+    const char *at = strstr(out, "master in pod ");
+    CHECK(at);
+    char pod[128], path[300];
+    CHECK(sscanf(at, "master in pod %127s", pod) == 1);
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", admin.ns,
+             pod);
+    json_t *p = NULL;
+    CHECK_EQ(admin_get(path, &p), 200);
+    char run[64];
+    fb_strlcpy(run, json_str(p, "metadata", "labels", "fiber.run"),
+               sizeof run);
+    json_decref(p);
+    CHECK(run[0]);
+    /* Both workers' pods and the Secret exist (the master made them). */
+    int i;
+    for (i = 0; i < 900 && (count_run_objects("pods", run, "job") < 2 ||
+                            count_run_objects("secrets", run, "") < 1);
+         i++)
+        sleep_ms(100);
+    CHECK_EQ(count_run_objects("pods", run, "job"), 2);
+    CHECK_EQ(count_run_objects("secrets", run, ""), 1);
+    uint64_t t0 = fb_now_ms();
+    admin_delete_pod(pod);
+    /* Bound: the garbage collector notices within seconds; the pods then
+     * take their grace period (terminate_grace_ms, 2 s) on the kubelet. */
+    enum { BOUND_MS = 90000 };
+    while (fb_now_ms() - t0 < BOUND_MS &&
+           (count_run_objects("pods", run, "job") > 0 ||
+            count_run_objects("secrets", run, "") > 0))
+        sleep_ms(200);
+    fprintf(stderr, "run %s: workers' pods and Secret gone %llu ms after "
+                    "the master's pod was deleted\n",
+            run, (unsigned long long)(fb_now_ms() - t0));
+    CHECK_EQ(count_run_objects("pods", run, "job"), 0);
+    CHECK_EQ(count_run_objects("secrets", run, ""), 0);
+    CHECK_EQ(count_run_objects("pods", run, "master"), 0);
 }
 
 /* Not a ctest case: run by hand while restarting the API server

@@ -112,7 +112,14 @@ int fb_k8s_master_start(const char *run, const char *const *argv,
     json_t *container = json_array_get(json_object_get(spec, "containers"), 0);
     json_t *env = json_object_get(container, "env");
     if (body && c.k8s_host_network) {
+        /* On the node's network the pod's hostname is the node's; the
+         * master finds its own pod (the owner of its jobs' pods) by the
+         * name in HOSTNAME, so that is set to the pod's name. */
         json_object_set_new(spec, "hostNetwork", json_true());
+        json_array_append_new(
+            env, json_pack("{s:s, s:{s:{s:s}}}", "name", "HOSTNAME",
+                           "valueFrom", "fieldRef", "fieldPath",
+                           "metadata.name"));
         json_array_append_new(env, json_pack("{s:s, s:s}", "name",
                                              "FIBER_K8S_HOST_NETWORK",
                                              "value", "true"));

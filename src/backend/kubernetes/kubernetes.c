@@ -414,10 +414,8 @@ static int follow(struct watch_ctx *c)
     snprintf(tail, sizeof tail,
              "?labelSelector=fiber.run%%3D%s&watch=1&allowWatchBookmarks=true"
              "&timeoutSeconds=%d&resourceVersion=%s",
-             ks->run, WATCH_SECONDS,
-             __atomic_exchange_n(&expire_next_watch, 0, __ATOMIC_SEQ_CST)
-                 ? "1"
-                 : c->rv);
+             ks->run, WATCH_SECONDS, c->rv);
+    int expire = __atomic_exchange_n(&expire_next_watch, 0, __ATOMIC_SEQ_CST);
     pods_path(ks, path, sizeof path, NULL, tail);
     struct fb_k8s_watch w = {0};
     c->gone = 0;
@@ -427,8 +425,15 @@ static int follow(struct watch_ctx *c)
                     fiber_last_error());
         nap(ks, RETRY_MS);
     } else {
-        while (!fb_k8s_watch_pump(&w, ks->stop_fd, 1000) && !c->gone &&
-               !stopping(ks))
+        if (expire) { /* the test hook: as the server would say it */
+            json_t *gone = json_pack("{s:s, s:s, s:s, s:i}", "kind", "Status",
+                                     "status", "Failure", "reason", "Expired",
+                                     "code", 410);
+            on_watch_event(c, "ERROR", gone);
+            json_decref(gone);
+        }
+        while (!c->gone && !fb_k8s_watch_pump(&w, ks->stop_fd, 1000) &&
+               !c->gone && !stopping(ks))
             ;
         if (c->gone || w.status == 410) {
             relist_first = 1;
