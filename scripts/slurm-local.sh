@@ -248,6 +248,17 @@ EOF
   : > "$DIR/plugstack.conf"
 }
 
+# without_fds CMD...: runs CMD with descriptors 3-9 closed, so that a
+# daemon never keeps a lock its caller holds (`flock
+# /tmp/fiber-engines.lock scripts/slurm-local.sh start` would otherwise
+# stay locked for as long as munged or slurmd runs).
+without_fds() {
+  (
+    for fd in 3 4 5 6 7 8 9; do eval "exec $fd>&-"; done
+    exec "$@"
+  )
+}
+
 start_munged() {
   command -v munged >/dev/null || die "munged not found (package munge)"
   if [ ! -s "$MDIR/munge.key" ]; then
@@ -261,7 +272,7 @@ start_munged() {
   fi
   rm -f "$SOCK" "$SOCK.lock" "$MDIR/munged.pid"
   # munged forks into the background itself and writes its pid file.
-  env "$MARK" setsid munged --socket="$SOCK" --key-file="$MDIR/munge.key" \
+  without_fds env "$MARK" setsid munged --socket="$SOCK" --key-file="$MDIR/munge.key" \
       --pid-file="$MDIR/munged.pid" --log-file="$MDIR/munged.log" \
       --seed-file="$MDIR/munged.seed" --num-threads=4 \
       < /dev/null >> "$MDIR/munged.log" 2>&1 9>&- ||
@@ -280,7 +291,7 @@ start_munged() {
 spawn() {
   pf=$1; out=$2; shift 2
   rm -f "$pf"
-  env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 9>&- &
+  without_fds env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 &
   child=$!
   n=100
   while ! pid_of "$pf" >/dev/null; do
