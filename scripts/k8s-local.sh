@@ -665,7 +665,7 @@ start_kubelet() {
         '--eviction-hard=memory.available<20Mi' --max-pods=250 \
         --serialize-image-pulls=false --register-node=true \
         --node-status-update-frequency=4s \
-        --v=1
+        --v="${K8S_LOCAL_KUBELET_V:-1}"
 }
 
 # wait_node: until the node is Ready and the namespace's default service
