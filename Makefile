@@ -4,7 +4,7 @@
 #   make deps       install missing Debian packages
 #   make engines    install the test clusters' packages (Slurm, etcd, Go...)
 #                   and build the Kubernetes binaries once (scripts/deps.sh
-#                   engines; about 20 minutes the first time, then cached in
+#                   engines; 5.5 to 15 minutes the first time, then cached in
 #                   /var/cache/fiber-k8s), before any test runs
 #   make run        build, then run the main example on the local backend
 #   make test       build and engines, then run every test (ctest), then

@@ -7,7 +7,7 @@
 #            conntrack for the kubelet, and Go plus the tools that build
 #            kube-apiserver, kubelet, kube-scheduler and
 #            kube-controller-manager), then builds those binaries into
-#            /var/cache/fiber-k8s when they are not there yet (about 20
+#            /var/cache/fiber-k8s when they are not there yet (5.5 to 15
 #            minutes of 2 cores, once per machine).  `make test` runs it
 #            before ctest, so no two fixtures of the parallel run ever
 #            install packages at the same time.  Where this cannot be

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# k8s-local.sh -- a throwaway Kubernetes control plane (etcd + kube-apiserver
-# only) on this single host, for fiber's Kubernetes backend tests.
+# k8s-local.sh -- a throwaway single-node Kubernetes cluster on this host
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and a
+# kubelet running pods as containers of this host's Docker Engine), for
+# fiber's Kubernetes backend tests.  docs/backends/kubernetes.md, "How it
+# is tested", says what is real and what is not.
 #
 # Usage:
-#   scripts/k8s-local.sh build          build/cache kube-apiserver (no-op if cached)
-#   scripts/k8s-local.sh start          start etcd + kube-apiserver (idempotent;
-#                                       builds first if the binary is missing)
-#   scripts/k8s-local.sh stop [--purge] stop both (exit 0 if not running);
+#   scripts/k8s-local.sh build          build/cache the four binaries (no-op if cached)
+#   scripts/k8s-local.sh start          start the cluster (idempotent; builds
+#                                       first if a binary is missing)
+#   scripts/k8s-local.sh stop [--purge] stop it all (exit 0 if not running);
 #                                       --purge also deletes the state dir
 #   scripts/k8s-local.sh status         exit 0 if /readyz answers "ok", else 1
 #   scripts/k8s-local.sh env            print `export ...` lines; use as:
@@ -40,10 +43,10 @@
 #   * etcd (Debian package etcd-server) on 127.0.0.1:12379 (peer 12380),
 #     data in $DIR/etcd.
 #   * kube-apiserver on 127.0.0.1:16443 (insecure port disabled), RBAC+Node
-#     authorization. Admission: defaults minus ServiceAccount (it would require
-#     a token controller, i.e. kube-controller-manager, which we do not run)
-#     and StorageObjectInUseProtection (its PVC finalizer would never be
-#     removed without the controller-manager, so PVC deletes would hang).
+#     authorization, ServiceAccount and NodeRestriction admission (without
+#     StorageObjectInUseProtection: no storage, claims are never bound).
+#   * kube-controller-manager, kube-scheduler, and the kubelet of node
+#     fiber-node (see the "node" section below).
 #   * via curl + admin token: namespaces fiber-test and fiber-forbidden, Role
 #     "fiber-test" + RoleBinding in fiber-test granting user "fiber" full
 #     access to pods, pods/log, pods/status, secrets, persistentvolumeclaims,
@@ -51,26 +54,9 @@
 #     (fiber-forbidden gives 403).
 #   Logs: $DIR/logs/{etcd,kube-apiserver}.log; pids: $DIR/run/*.pid.
 #
-# Caveats of a control plane without kubelet / controller-manager / scheduler:
-#   * pods stay Pending (no nodeName) until someone POSTs pods/NAME/binding
-#     and PATCHes pods/NAME/status (as admin: that is the test "node agent");
-#   * DELETE of a pod with gracePeriodSeconds>0 only sets deletionTimestamp
-#     and deletionGracePeriodSeconds (watchers see MODIFIED) if the pod is
-#     bound (spec.nodeName set) and not in phase Succeeded/Failed; it then stays
-#     forever, also after the grace period, until something DELETEs it with
-#     gracePeriodSeconds=0 (watchers then see DELETED). Unbound pods and pods
-#     in a terminal phase are removed at once whatever the grace period;
-#   * pods/log has no kubelet to ask: 404 ("pods \"n1\" not found", n1 = node);
-#   * deleting a namespace leaves it Terminating forever (no namespace
-#     controller): tests should delete their objects, not the namespace.
-#   Node-agent calls that work (admin token):
-#     POST  .../pods/NAME/binding  Content-Type: application/json
-#           {"apiVersion":"v1","kind":"Binding","metadata":{"name":"NAME"},
-#            "target":{"apiVersion":"v1","kind":"Node","name":"n1"}}
-#     PATCH .../pods/NAME/status   Content-Type: application/merge-patch+json
-#           (or strategic-merge-patch+json) {"status":{"phase":"Running",...}}
+#   Logs of the others: $DIR/logs/<name>.log.
 #
-# How the binary is built (`build`; ~5 min on 2 cores, done once):
+# How the binaries are built (`build`; 325 s on 2 quiet cores, done once):
 #   1. A deb-src entry for bookworm main is added if none exists
 #      (/etc/apt/sources.list.d/fiber-deb-src.sources, deb822, reusing the
 #      mirror URI and Signed-By of the existing bookworm "deb" entry: a one-line
@@ -81,13 +67,15 @@
 #   3. vendor/github.com/modern-go/reflect2 (1.0.1) is replaced with Debian's
 #      1.0.2 (/usr/share/gocode/src/github.com/modern-go/reflect2): 1.0.1
 #      crashes under Go >= 1.18 ("fatal error: fault" when encoding a pod).
-#   4. `CGO_ENABLED=0 make WHAT=cmd/kube-apiserver` as in debian/rules. The
+#   4. The kubelet's two negative OOM score constants become 0
+#      (patch_oom_constants), then `CGO_ENABLED=0 make WHAT="cmd/kube-apiserver
+#      cmd/kubelet cmd/kube-scheduler cmd/kube-controller-manager"`. The
 #      Kubernetes 1.20 make wrapper builds in GOPATH mode (GO111MODULE=off,
 #      GOPATH=_output/local/go), so the vendor tree is used and no network is
 #      needed; GOFLAGS is cleared (-mod=vendor would be rejected in GOPATH
 #      mode) and GOPROXY=off for good measure. Version info comes from the
 #      tarball's archive stamp (v1.20.2).
-#   5. The result is copied to $CACHE/bin/kube-apiserver; the source tree and
+#   5. The results are copied to $CACHE/bin/; the source tree and
 #      _output are then deleted (a rebuild starts from `apt-get source`).
 set -eu
 
@@ -260,7 +248,7 @@ do_build() {
 
     local what="" b
     for b in $K8S_BINS; do what="$what cmd/$b"; done
-    log "building $K8S_BINS with $(go version | awk '{print $3}') (about 15 min on 2 cores; log: $CACHE/build.log)"
+    log "building $K8S_BINS with $(go version | awk '{print $3}') (5.5 min on 2 quiet cores, up to 15 loaded; log: $CACHE/build.log)"
     mkdir -p "$CACHE/home"
     if ! (cd "$src" && env -u GOFLAGS -u GO111MODULE HOME="$CACHE/home" CGO_ENABLED=0 GOPROXY=off \
             make WHAT="${what# }") >"$CACHE/build.log" 2>&1; then
