@@ -1,7 +1,10 @@
 /*
  * bench_k8s.c -- how long the kubernetes backend takes from creating a
  * pod to the job running, connected and authenticated (its task sends a
- * note the moment it runs), for one pod at a time and for 32 at once.
+ * note the moment it runs), for one pod at a time and for 32 at once:
+ * started one after the other, and started as one batch, as a pool starts
+ * its workers (the backend's begin_batch/end_batch: the kubernetes
+ * backend then creates the pods concurrently).
  *
  * Run it with the kubernetes backend configured (FIBER_BACKEND=kubernetes
  * and the k8s_* keys; tests/k8s/run.sh sets them for the test cluster):
@@ -23,6 +26,7 @@
 
 #include "bench_common.h"
 #include "core/child.h"
+#include "core/runtime.h"
 
 #define PROG "bench-k8s"
 #define MANY 32
@@ -38,6 +42,8 @@ struct figures {
     double connected_ms;    /* the task runs, connected */
     double create_32_ms;    /* 32 starts returned */
     double connected_32_ms; /* the last of 32 runs, connected */
+    double batch_create_32_ms;    /* 32 started as one batch */
+    double batch_connected_32_ms; /* the last of those runs, connected */
 };
 
 static const struct bench_figure figs[] = {
@@ -45,6 +51,9 @@ static const struct bench_figure figs[] = {
     {"connected_ms", offsetof(struct figures, connected_ms), 1, 0},
     {"create_32_ms", offsetof(struct figures, create_32_ms), 1, 0},
     {"connected_32_ms", offsetof(struct figures, connected_32_ms), 1, 0},
+    {"batch_create_32_ms", offsetof(struct figures, batch_create_32_ms), 1, 0},
+    {"batch_connected_32_ms", offsetof(struct figures, batch_connected_32_ms),
+     1, 0},
 };
 
 static double ms_since(uint64_t t0)
@@ -81,7 +90,9 @@ fail:
     return -1;
 }
 
-static int all_at_once(long rounds, struct figures *f)
+/* 32 starts, then 32 notes; batched: the starts are one batch. */
+static int all_at_once(long rounds, int batched, double *create_ms,
+                       double *connected_ms)
 {
     double create[16], up[16];
     if (rounds > 16)
@@ -90,9 +101,13 @@ static int all_at_once(long rounds, struct figures *f)
         fiber_process *ps[MANY];
         char note[16];
         uint64_t t0 = bench_now_ns();
+        if (batched)
+            fb_rt_batch_begin();
         for (int i = 0; i < MANY; i++)
             if (fiber_process_start(&ps[i], "bench_note_up", NULL, 0, NULL))
                 goto fail;
+        if (batched && fb_rt_batch_end() != 0)
+            goto fail;
         create[r] = ms_since(t0);
         for (int i = 0; i < MANY; i++)
             if (fb_process_wait_note(ps[i], note, sizeof note,
@@ -104,8 +119,8 @@ static int all_at_once(long rounds, struct figures *f)
             fiber_process_free(ps[i]);
         }
     }
-    f->create_32_ms = bench_median(create, (size_t)rounds);
-    f->connected_32_ms = bench_median(up, (size_t)rounds);
+    *create_ms = bench_median(create, (size_t)rounds);
+    *connected_ms = bench_median(up, (size_t)rounds);
     return 0;
 fail:
     fprintf(stderr, PROG ": %s\n", fiber_last_error());
@@ -174,7 +189,10 @@ int main(int argc, char **argv)
     fiber_config_get("backend", backend, sizeof backend);
     printf(PROG ": fiber %s, %s backend\n", fiber_version(), backend);
     struct figures f = {0}, peer = {0};
-    if (one_at_a_time(rounds, &f) != 0 || all_at_once(3, &f) != 0) {
+    if (one_at_a_time(rounds, &f) != 0 ||
+        all_at_once(3, 0, &f.create_32_ms, &f.connected_32_ms) != 0 ||
+        all_at_once(3, 1, &f.batch_create_32_ms, &f.batch_connected_32_ms) !=
+            0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
@@ -184,6 +202,9 @@ int main(int argc, char **argv)
     printf("%d at once (median of 3): all started %.1f ms, all connected "
            "%.1f ms\n",
            MANY, f.create_32_ms, f.connected_32_ms);
+    printf("%d at once as one batch (median of 3): all started %.1f ms, all "
+           "connected %.1f ms\n",
+           MANY, f.batch_create_32_ms, f.batch_connected_32_ms);
     int have_peer = 0;
     if (!no_peer && strcmp(backend, "local") != 0) {
         char self[4096];
@@ -194,8 +215,13 @@ int main(int argc, char **argv)
         }
         if (have_peer)
             printf("peer, local backend: connected %.1f ms; 32 at once "
-                   "%.1f ms\n",
-                   peer.connected_ms, peer.connected_32_ms);
+                   "%.1f ms (batch %.1f ms); ratios kubernetes/local: "
+                   "one %.1fx, 32 %.1fx, 32 batched %.1fx\n",
+                   peer.connected_ms, peer.connected_32_ms,
+                   peer.batch_connected_32_ms,
+                   f.connected_ms / peer.connected_ms,
+                   f.connected_32_ms / peer.connected_32_ms,
+                   f.batch_connected_32_ms / peer.batch_connected_32_ms);
         else
             fprintf(stderr, PROG ": no local peer figures\n");
     }

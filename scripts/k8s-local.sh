@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# k8s-local.sh -- a throwaway Kubernetes control plane (etcd + kube-apiserver
-# only) on this single host, for fiber's Kubernetes backend tests.
+# k8s-local.sh -- a throwaway single-node Kubernetes cluster on this host
+# (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, and a
+# kubelet running pods as containers of this host's Docker Engine), for
+# fiber's Kubernetes backend tests.  docs/backends/kubernetes.md, "How it
+# is tested", says what is real and what is not.
 #
 # Usage:
-#   scripts/k8s-local.sh build          build/cache kube-apiserver (no-op if cached)
-#   scripts/k8s-local.sh start          start etcd + kube-apiserver (idempotent;
-#                                       builds first if the binary is missing)
-#   scripts/k8s-local.sh stop [--purge] stop both (exit 0 if not running);
+#   scripts/k8s-local.sh build          build/cache the four binaries (no-op if cached)
+#   scripts/k8s-local.sh start          start the cluster (idempotent; builds
+#                                       first if a binary is missing)
+#   scripts/k8s-local.sh stop [--purge] stop it all (exit 0 if not running);
 #                                       --purge also deletes the state dir
 #   scripts/k8s-local.sh status         exit 0 if /readyz answers "ok", else 1
 #   scripts/k8s-local.sh env            print `export ...` lines; use as:
@@ -40,10 +43,10 @@
 #   * etcd (Debian package etcd-server) on 127.0.0.1:12379 (peer 12380),
 #     data in $DIR/etcd.
 #   * kube-apiserver on 127.0.0.1:16443 (insecure port disabled), RBAC+Node
-#     authorization. Admission: defaults minus ServiceAccount (it would require
-#     a token controller, i.e. kube-controller-manager, which we do not run)
-#     and StorageObjectInUseProtection (its PVC finalizer would never be
-#     removed without the controller-manager, so PVC deletes would hang).
+#     authorization, ServiceAccount and NodeRestriction admission (without
+#     StorageObjectInUseProtection: no storage, claims are never bound).
+#   * kube-controller-manager, kube-scheduler, and the kubelet of node
+#     fiber-node (see the "node" section below).
 #   * via curl + admin token: namespaces fiber-test and fiber-forbidden, Role
 #     "fiber-test" + RoleBinding in fiber-test granting user "fiber" full
 #     access to pods, pods/log, pods/status, secrets, persistentvolumeclaims,
@@ -51,26 +54,9 @@
 #     (fiber-forbidden gives 403).
 #   Logs: $DIR/logs/{etcd,kube-apiserver}.log; pids: $DIR/run/*.pid.
 #
-# Caveats of a control plane without kubelet / controller-manager / scheduler:
-#   * pods stay Pending (no nodeName) until someone POSTs pods/NAME/binding
-#     and PATCHes pods/NAME/status (as admin: that is the test "node agent");
-#   * DELETE of a pod with gracePeriodSeconds>0 only sets deletionTimestamp
-#     and deletionGracePeriodSeconds (watchers see MODIFIED) if the pod is
-#     bound (spec.nodeName set) and not in phase Succeeded/Failed; it then stays
-#     forever, also after the grace period, until something DELETEs it with
-#     gracePeriodSeconds=0 (watchers then see DELETED). Unbound pods and pods
-#     in a terminal phase are removed at once whatever the grace period;
-#   * pods/log has no kubelet to ask: 404 ("pods \"n1\" not found", n1 = node);
-#   * deleting a namespace leaves it Terminating forever (no namespace
-#     controller): tests should delete their objects, not the namespace.
-#   Node-agent calls that work (admin token):
-#     POST  .../pods/NAME/binding  Content-Type: application/json
-#           {"apiVersion":"v1","kind":"Binding","metadata":{"name":"NAME"},
-#            "target":{"apiVersion":"v1","kind":"Node","name":"n1"}}
-#     PATCH .../pods/NAME/status   Content-Type: application/merge-patch+json
-#           (or strategic-merge-patch+json) {"status":{"phase":"Running",...}}
+#   Logs of the others: $DIR/logs/<name>.log.
 #
-# How the binary is built (`build`; ~5 min on 2 cores, done once):
+# How the binaries are built (`build`; 325 s on 2 quiet cores, done once):
 #   1. A deb-src entry for bookworm main is added if none exists
 #      (/etc/apt/sources.list.d/fiber-deb-src.sources, deb822, reusing the
 #      mirror URI and Signed-By of the existing bookworm "deb" entry: a one-line
@@ -81,13 +67,15 @@
 #   3. vendor/github.com/modern-go/reflect2 (1.0.1) is replaced with Debian's
 #      1.0.2 (/usr/share/gocode/src/github.com/modern-go/reflect2): 1.0.1
 #      crashes under Go >= 1.18 ("fatal error: fault" when encoding a pod).
-#   4. `CGO_ENABLED=0 make WHAT=cmd/kube-apiserver` as in debian/rules. The
+#   4. The kubelet's two negative OOM score constants become 0
+#      (patch_oom_constants), then `CGO_ENABLED=0 make WHAT="cmd/kube-apiserver
+#      cmd/kubelet cmd/kube-scheduler cmd/kube-controller-manager"`. The
 #      Kubernetes 1.20 make wrapper builds in GOPATH mode (GO111MODULE=off,
 #      GOPATH=_output/local/go), so the vendor tree is used and no network is
 #      needed; GOFLAGS is cleared (-mod=vendor would be rejected in GOPATH
 #      mode) and GOPROXY=off for good measure. Version info comes from the
 #      tarball's archive stamp (v1.20.2).
-#   5. The result is copied to $CACHE/bin/kube-apiserver; the source tree and
+#   5. The results are copied to $CACHE/bin/; the source tree and
 #      _output are then deleted (a rebuild starts from `apt-get source`).
 set -eu
 
@@ -99,6 +87,8 @@ ETCD_PEER_PORT=$((ETCD_PORT + 1))
 NAMESPACE=fiber-test
 FORBIDDEN_NAMESPACE=fiber-forbidden
 APISERVER_BIN=$CACHE/bin/kube-apiserver
+NODE_NAME=fiber-node
+PAUSE_IMAGE=fiber-k8s/pause:1
 SERVER=https://127.0.0.1:$PORT
 READY_TIMEOUT=${K8S_LOCAL_READY_TIMEOUT:-60}
 
@@ -107,6 +97,13 @@ die() { echo "k8s-local: ERROR: $*" >&2; exit 1; }
 
 need_root() {
     [ "$(id -u)" = 0 ] || die "$1 needs root (apt-get); run as root or use a prebuilt $APISERVER_BIN"
+}
+
+# apt_get ARGS...: apt-get that waits (up to 10 min) for the dpkg/apt lock
+# instead of failing when something else holds it, and for the project's
+# other scripts (deps.sh, slurm-local.sh: /var/lock/fiber-apt.lock).
+apt_get() {
+    flock /var/lock/fiber-apt.lock apt-get -o DPkg::Lock::Timeout=600 "$@"
 }
 
 apt_install() {
@@ -119,10 +116,10 @@ apt_install() {
     need_root "installing ${missing[*]}"
     mkdir -p "$CACHE"
     log "apt-get install ${missing[*]}"
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >"$CACHE/apt-install.log" 2>&1; then
+    if ! DEBIAN_FRONTEND=noninteractive apt_get install -y -q "${missing[@]}" >"$CACHE/apt-install.log" 2>&1; then
         # Package lists may be missing or stale: update once and retry.
-        apt-get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >"$CACHE/apt-install.log" 2>&1 \
+        apt_get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
+        DEBIAN_FRONTEND=noninteractive apt_get install -y -q "${missing[@]}" >"$CACHE/apt-install.log" 2>&1 \
             || { tail -n 20 "$CACHE/apt-install.log" >&2; die "apt-get install ${missing[*]} failed"; }
     fi
 }
@@ -183,26 +180,49 @@ ensure_deb_src() {
     } >"$f"
 }
 
+# The four binaries, built together from one source tree (one `make`).
+K8S_BINS="kube-apiserver kubelet kube-scheduler kube-controller-manager"
+
+all_built() {
+    local b
+    for b in $K8S_BINS; do [ -x "$CACHE/bin/$b" ] || return 1; done
+}
+
+# patch_oom_constants SRC: processes on this kind of machine may not lower
+# their OOM score (no CAP_SYS_RESOURCE), and runc then fails to create a
+# container that asks for a negative oom_score_adj ("can't get final
+# child's PID from pipe: EOF"). The kubelet asks for -998 for every pod
+# sandbox and -997 for Guaranteed pods: both become 0.
+patch_oom_constants() {
+    local src=$1 f
+    f=$src/pkg/kubelet/dockershim/docker_sandbox.go
+    grep -q 'defaultSandboxOOMAdj int = -998' "$f" || die "$f: defaultSandboxOOMAdj -998 not found (source changed?)"
+    sed -i 's/defaultSandboxOOMAdj int = -998/defaultSandboxOOMAdj int = 0/' "$f"
+    f=$src/pkg/kubelet/qos/policy.go
+    grep -q 'guaranteedOOMScoreAdj int = -997' "$f" || die "$f: guaranteedOOMScoreAdj -997 not found (source changed?)"
+    sed -i 's/guaranteedOOMScoreAdj int = -997/guaranteedOOMScoreAdj int = 0/' "$f"
+}
+
 do_build() {
-    if [ -x "$APISERVER_BIN" ]; then
-        log "kube-apiserver already built: $APISERVER_BIN"
+    if all_built; then
+        log "already built: $CACHE/bin/{${K8S_BINS// /,}}"
         return 0
     fi
-    need_root "building kube-apiserver"
+    need_root "building $K8S_BINS"
     mkdir -p "$CACHE/bin" "$CACHE/src"
     command -v flock >/dev/null || die "flock (util-linux) not found"
     # Serialize concurrent builds (e.g. two test runs calling start at once).
     exec 9>"$CACHE/.build.lock"
     flock 9
-    if [ -x "$APISERVER_BIN" ]; then
-        log "kube-apiserver built by a concurrent run: $APISERVER_BIN"
+    if all_built; then
+        log "built by a concurrent run: $CACHE/bin"
         exec 9>&-
         return 0
     fi
     local t0=$SECONDS
     ensure_deb_src
     log "apt-get update"
-    apt-get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
+    apt_get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
     apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Version: .*1\.20\.' \
         || die "no kubernetes 1.20 source package visible to apt (deb-src for bookworm main missing?)"
     apt_install golang-go rsync jq dpkg-dev golang-github-modern-go-reflect2-dev
@@ -213,7 +233,7 @@ do_build() {
     local src
     rm -rf "${CACHE:?}/src"; mkdir -p "$CACHE/src"
     log "apt-get source kubernetes -> $CACHE/src"
-    (cd "$CACHE/src" && apt-get -o APT::Sandbox::User=root source -q kubernetes) >"$CACHE/apt-source.log" 2>&1 \
+    (cd "$CACHE/src" && apt_get -o APT::Sandbox::User=root source -q kubernetes) >"$CACHE/apt-source.log" 2>&1 \
         || { tail -n 20 "$CACHE/apt-source.log" >&2; die "apt-get source kubernetes failed"; }
     src=$(ls -d "$CACHE"/src/kubernetes-*/ 2>/dev/null | head -n1)
     [ -n "$src" ] && [ -f "$src/Makefile" ] || die "unpacked kubernetes source not found under $CACHE/src"
@@ -223,22 +243,29 @@ do_build() {
     rm -rf "$src/vendor/github.com/modern-go/reflect2"
     mkdir -p "$src/vendor/github.com/modern-go/reflect2"
     cp -a "$r2/." "$src/vendor/github.com/modern-go/reflect2/"
+    log "patching the kubelet's negative OOM score constants to 0"
+    patch_oom_constants "$src"
 
-    log "building kube-apiserver with $(go version | awk '{print $3}') (several minutes; log: $CACHE/build.log)"
+    local what="" b
+    for b in $K8S_BINS; do what="$what cmd/$b"; done
+    log "building $K8S_BINS with $(go version | awk '{print $3}') (5.5 min on 2 quiet cores, up to 15 loaded; log: $CACHE/build.log)"
     mkdir -p "$CACHE/home"
     if ! (cd "$src" && env -u GOFLAGS -u GO111MODULE HOME="$CACHE/home" CGO_ENABLED=0 GOPROXY=off \
-            make WHAT=cmd/kube-apiserver) >"$CACHE/build.log" 2>&1; then
+            make WHAT="${what# }") >"$CACHE/build.log" 2>&1; then
         tail -n 40 "$CACHE/build.log" >&2
-        die "kube-apiserver build failed (full log: $CACHE/build.log)"
+        die "kubernetes build failed (full log: $CACHE/build.log)"
     fi
-    local out=$src/_output/local/bin/linux/amd64/kube-apiserver
-    [ -x "$out" ] || out=$src/_output/bin/kube-apiserver
-    [ -x "$out" ] || die "build finished but no kube-apiserver binary in $src/_output"
-    "$out" --version >/dev/null 2>&1 || die "built $out does not run"
-    cp "$out" "$APISERVER_BIN.tmp"
-    mv -f "$APISERVER_BIN.tmp" "$APISERVER_BIN"
-    rm -rf "${CACHE:?}/src" "${CACHE:?}/home"   # ~2 GB of source + Go cache; the binary is all we need
-    log "built $("$APISERVER_BIN" --version) in $((SECONDS - t0)) s -> $APISERVER_BIN"
+    local out
+    for b in $K8S_BINS; do
+        out=$src/_output/local/bin/linux/amd64/$b
+        [ -x "$out" ] || out=$src/_output/bin/$b
+        [ -x "$out" ] || die "build finished but no $b binary in $src/_output"
+        "$out" --version >/dev/null 2>&1 || die "built $out does not run"
+        cp "$out" "$CACHE/bin/$b.tmp"
+        mv -f "$CACHE/bin/$b.tmp" "$CACHE/bin/$b"
+    done
+    rm -rf "${CACHE:?}/src" "${CACHE:?}/home"   # ~2 GB of source + Go cache; the binaries are all we need
+    log "built $("$APISERVER_BIN" --version): $K8S_BINS in $((SECONDS - t0)) s -> $CACHE/bin"
     exec 9>&-
 }
 
@@ -246,7 +273,7 @@ do_build() {
 
 pidfile() { echo "$DIR/run/$1.pid"; }
 
-# our_pid NAME: print the pid of our running NAME (etcd|kube-apiserver), if any.
+# our_pid NAME: print the pid of our running NAME (etcd|kube-apiserver|...), if any.
 # A pid counts only if its command line still mentions our state dir.
 our_pid() {
     local f pid
@@ -258,15 +285,31 @@ our_pid() {
     echo "$pid"
 }
 
-# stray_pids: processes of ours (etcd/kube-apiserver whose args mention $DIR/)
+# stray_pids: processes of ours (etcd and the kube-* binaries whose args mention $DIR/)
 stray_pids() {
     local p exe cmd
     for p in /proc/[0-9]*; do
         exe=$(readlink "$p/exe" 2>/dev/null) || continue
-        case "${exe##*/}" in etcd|kube-apiserver) ;; *) continue ;; esac
+        case "${exe##*/}" in etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet) ;; *) continue ;; esac
         cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
         case "$cmd" in *"$DIR/"*) echo "${p#/proc/}" ;; esac
     done
+}
+
+# daemon LOG CMD...: runs CMD in the background in a session of its own,
+# output to LOG, with no descriptor but 0-2 (a lock that a caller holds,
+# such as `flock /tmp/fiber-engines.lock`, must not stay held by a daemon
+# for as long as it runs).  $! is its pid.
+daemon() {
+    local logf=$1
+    shift
+    (
+        for fd in /proc/self/fd/*; do
+            fd=${fd##*/}
+            [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+        done
+        exec setsid nohup "$@" </dev/null >"$logf" 2>&1
+    ) &
 }
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -328,17 +371,35 @@ EOF
         openssl genrsa -out "$DIR/sa.key" 2048 2>/dev/null || die "openssl: sa key failed"
         openssl rsa -in "$DIR/sa.key" -pubout -out "$DIR/sa.pub" 2>/dev/null || die "openssl: sa pub failed"
     fi
-    if [ ! -s "$DIR/admin.token" ] || [ ! -s "$DIR/fiber-test.token" ]; then
+    if [ ! -s "$DIR/admin.token" ] || [ ! -s "$DIR/fiber-test.token" ] || [ ! -s "$DIR/node.token" ]; then
         log "generating tokens"
         (umask 077
          openssl rand -hex 24 >"$DIR/admin.token"
-         openssl rand -hex 24 >"$DIR/fiber-test.token")
+         openssl rand -hex 24 >"$DIR/fiber-test.token"
+         openssl rand -hex 24 >"$DIR/node.token")
     fi
-    chmod 600 "$DIR"/*.key "$DIR/admin.token" "$DIR/fiber-test.token"
-    # token,user,uid[,"group1,group2"]
+    chmod 600 "$DIR"/*.key "$DIR/admin.token" "$DIR/fiber-test.token" "$DIR/node.token"
+    # token,user,uid[,"group1,group2"]: the node's identity is the one the
+    # Node authorizer knows (system:node:NAME in group system:nodes).
     (umask 077
-     printf '%s,admin,fiber-admin-uid,"system:masters"\n%s,fiber,fiber-uid\n' \
-        "$(cat "$DIR/admin.token")" "$(cat "$DIR/fiber-test.token")" >"$DIR/tokens.csv")
+     printf '%s,admin,fiber-admin-uid,"system:masters"\n%s,fiber,fiber-uid\n%s,system:node:%s,fiber-node-uid,"system:nodes"\n' \
+        "$(cat "$DIR/admin.token")" "$(cat "$DIR/fiber-test.token")" \
+        "$(cat "$DIR/node.token")" "$NODE_NAME" >"$DIR/tokens.csv")
+    if [ ! -s "$DIR/kubelet-client.crt" ] || [ ! -s "$DIR/kubelet-client.key" ]; then
+        # The API server's client certificate towards the kubelet (pods/log,
+        # exec): the kubelet accepts only certificates of this CA.
+        log "generating the API server's kubelet client certificate"
+        openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$DIR/kubelet-client.key" \
+            -out "$DIR/kubelet-client.csr" -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null \
+            || die "openssl: kubelet client key/CSR failed"
+        printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' \
+            >"$DIR/kubelet-client.ext"
+        openssl x509 -req -sha256 -days 3650 -in "$DIR/kubelet-client.csr" -CA "$DIR/ca.crt" \
+            -CAkey "$DIR/ca.key" -CAcreateserial -out "$DIR/kubelet-client.crt" \
+            -extfile "$DIR/kubelet-client.ext" 2>/dev/null || die "openssl: signing kubelet client cert failed"
+        rm -f "$DIR/kubelet-client.csr" "$DIR/kubelet-client.ext"
+        chmod 600 "$DIR/kubelet-client.key"
+    fi
 }
 
 start_etcd() {
@@ -352,15 +413,14 @@ start_etcd() {
     mkdir -p "$DIR/etcd" "$DIR/logs" "$DIR/run"
     chmod 700 "$DIR/etcd"
     log "starting etcd on 127.0.0.1:$ETCD_PORT"
-    setsid nohup etcd --name fiber-k8s-local --data-dir "$DIR/etcd" \
+    daemon "$DIR/logs/etcd.log" etcd --name fiber-k8s-local --data-dir "$DIR/etcd" \
         --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
         --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
         --initial-cluster "fiber-k8s-local=http://127.0.0.1:$ETCD_PEER_PORT" \
         --initial-cluster-state new --initial-cluster-token fiber-k8s-local \
-        --logger zap --log-outputs stderr --quota-backend-bytes 1073741824 \
-        </dev/null >"$DIR/logs/etcd.log" 2>&1 &
+        --logger zap --log-outputs stderr --quota-backend-bytes 1073741824
     echo $! >"$(pidfile etcd)"
     for _ in $(seq 1 60); do
         if curl -s --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
@@ -385,7 +445,7 @@ start_apiserver() {
     port_in_use "$PORT" && die "port 127.0.0.1:$PORT is already in use by something else (set K8S_LOCAL_PORT)"
     mkdir -p "$DIR/logs" "$DIR/run"
     log "starting kube-apiserver on $SERVER"
-    setsid nohup "$APISERVER_BIN" \
+    daemon "$DIR/logs/kube-apiserver.log" "$APISERVER_BIN" \
         --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --etcd-prefix=/registry \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
@@ -400,11 +460,13 @@ start_apiserver() {
         --service-account-issuer=https://kubernetes.default.svc \
         --service-cluster-ip-range=10.96.0.0/24 \
         --allow-privileged=true \
-        --enable-admission-plugins=NamespaceLifecycle,LimitRanger,DefaultTolerationSeconds,Priority,ResourceQuota \
-        --disable-admission-plugins=ServiceAccount,StorageObjectInUseProtection \
+        --kubelet-client-certificate="$DIR/kubelet-client.crt" \
+        --kubelet-client-key="$DIR/kubelet-client.key" \
+        --kubelet-preferred-address-types=InternalIP \
+        --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,ResourceQuota,NodeRestriction \
+        --disable-admission-plugins=StorageObjectInUseProtection \
         --profiling=false \
-        --v=1 \
-        </dev/null >"$DIR/logs/kube-apiserver.log" 2>&1 &
+        --v=1
     echo $! >"$(pidfile kube-apiserver)"
     wait_ready || {
         log "---- tail of $DIR/logs/kube-apiserver.log ----"; tail -n 40 "$DIR/logs/kube-apiserver.log" >&2
@@ -454,17 +516,203 @@ bootstrap() {
       \"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",
       \"metadata\":{\"name\":\"fiber-test\",\"namespace\":\"$NAMESPACE\"},
       \"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"fiber-test\"},
-      \"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":\"fiber\"}]}" yes
+      \"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":\"fiber\"},
+                    {\"kind\":\"ServiceAccount\",\"name\":\"default\",\"namespace\":\"$NAMESPACE\"}]}" yes
 }
+
+# ----------------------------------------------------------------- node ----
+#
+# The control-plane controllers and the one node: kube-controller-manager
+# (garbage collector, service-account tokens, node lifecycle, ...),
+# kube-scheduler, and a kubelet that runs pods as containers of the Docker
+# Engine of this host (its built-in dockershim), each pod with host
+# networking.  They authenticate with bearer tokens through kubeconfig
+# files: the controller-manager and the scheduler as admin, the kubelet as
+# system:node:$NODE_NAME.
+
+# kubeconfig NAME TOKEN_FILE: writes $DIR/NAME.kubeconfig.
+kubeconfig() {
+    (umask 077
+     cat >"$DIR/$1.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: fiber-k8s-local
+  cluster:
+    server: $SERVER
+    certificate-authority: $DIR/ca.crt
+users:
+- name: $1
+  user:
+    token: $(cat "$2")
+contexts:
+- name: $1
+  context:
+    cluster: fiber-k8s-local
+    user: $1
+current-context: $1
+EOF
+    )
+}
+
+# start_daemon NAME ARGS...: starts $CACHE/bin/NAME in the background
+# (log $DIR/logs/NAME.log, pid file), unless ours already runs.
+start_daemon() {
+    local name=$1
+    shift
+    our_pid "$name" >/dev/null && return 0
+    mkdir -p "$DIR/logs" "$DIR/run"
+    log "starting $name"
+    daemon "$DIR/logs/$name.log" "$CACHE/bin/$name" "$@"
+    echo $! >"$(pidfile "$name")"
+}
+
+start_controllers() {
+    kubeconfig controller-manager "$DIR/admin.token"
+    kubeconfig scheduler "$DIR/admin.token"
+    start_daemon kube-controller-manager \
+        --kubeconfig="$DIR/controller-manager.kubeconfig" \
+        --leader-elect=false --port=0 --secure-port=0 \
+        --use-service-account-credentials=false \
+        --service-account-private-key-file="$DIR/sa.key" \
+        --root-ca-file="$DIR/ca.crt" \
+        --cluster-name=fiber-k8s-local \
+        --v=1
+    start_daemon kube-scheduler \
+        --kubeconfig="$DIR/scheduler.kubeconfig" \
+        --leader-elect=false --port=0 --secure-port=0 \
+        --v=1
+}
+
+# The pause image: the static program of scripts/k8s-pause.c, the only
+# file of an image FROM scratch (docker import of a one-file tar).
+ensure_pause_image() {
+    docker image inspect "$PAUSE_IMAGE" >/dev/null 2>&1 && return 0
+    command -v cc >/dev/null || die "cc not found (the pause program is built with it)"
+    local src tmp
+    src=$(cd "$(dirname "$0")" && pwd)/k8s-pause.c
+    [ -f "$src" ] || die "$src is missing"
+    tmp=$(mktemp -d)
+    cc -static -O2 -o "$tmp/pause" "$src" || { rm -rf "$tmp"; die "building the pause program failed (static libc: libc6-dev)"; }
+    log "importing $PAUSE_IMAGE (FROM scratch: /pause, $(stat -c %s "$tmp/pause") bytes)"
+    tar -C "$tmp" -c pause | docker import -c 'ENTRYPOINT ["/pause"]' - "$PAUSE_IMAGE" >/dev/null \
+        || { rm -rf "$tmp"; die "docker import of $PAUSE_IMAGE failed"; }
+    rm -rf "$tmp"
+}
+
+# Pods reach the API server at the in-cluster address the kubelet gives
+# them (KUBERNETES_SERVICE_HOST/PORT: the "kubernetes" Service,
+# 10.96.0.1:443).  There is no kube-proxy: one iptables rule sends that
+# address to the API server, as kube-proxy's rules would.
+SERVICE_RULE="-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 127.0.0.1:$PORT -m comment --comment fiber-k8s-local"
+
+add_service_rule() {
+    command -v iptables >/dev/null || die "iptables not found (the kubernetes Service address needs one NAT rule)"
+    # shellcheck disable=SC2086
+    iptables -t nat -C OUTPUT $SERVICE_RULE 2>/dev/null || iptables -t nat -A OUTPUT $SERVICE_RULE \
+        || die "iptables: cannot add the NAT rule for 10.96.0.1:443"
+}
+
+del_service_rule() {
+    command -v iptables >/dev/null || return 0
+    # shellcheck disable=SC2086
+    while iptables -t nat -C OUTPUT $SERVICE_RULE 2>/dev/null; do
+        iptables -t nat -D OUTPUT $SERVICE_RULE || break
+    done
+}
+
+start_kubelet() {
+    [ -S /var/run/docker.sock ] || die "no Docker Engine at /var/run/docker.sock: the kubelet runs pods as its containers"
+    command -v docker >/dev/null || die "the docker command is needed (pause image import)"
+    command -v conntrack >/dev/null || apt_install conntrack
+    ensure_pause_image
+    add_service_rule
+    kubeconfig kubelet "$DIR/node.token"
+    mkdir -p "$DIR/kubelet" "$DIR/kubelet-certs"
+    # The node's address: the kubelet refuses a loopback one.  Pods with
+    # host networking have it as their IP; the API server reaches the
+    # kubelet there (pods/log), with a client certificate of our CA.
+    local node_ip
+    node_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+    [ -n "$node_ip" ] || node_ip=$(hostname -I 2>/dev/null | awk '{print $1}')
+    [ -n "$node_ip" ] || die "cannot find this host's address (ip route get) for the node"
+    # The OOM scores: see patch_oom_constants (and --oom-score-adj=0 for the
+    # kubelet itself).  cgroup v1 with the cgroupfs driver, as Docker here.
+    start_daemon kubelet \
+        --kubeconfig="$DIR/kubelet.kubeconfig" \
+        --hostname-override="$NODE_NAME" --node-ip="$node_ip" \
+        --address="$node_ip" --port=10250 --read-only-port=0 --healthz-port=0 \
+        --anonymous-auth=false --client-ca-file="$DIR/ca.crt" \
+        --authentication-token-webhook=false --authorization-mode=AlwaysAllow \
+        --cert-dir="$DIR/kubelet-certs" --root-dir="$DIR/kubelet" \
+        --container-runtime=docker --docker-endpoint=unix:///var/run/docker.sock \
+        --pod-infra-container-image="$PAUSE_IMAGE" \
+        --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
+        --fail-swap-on=false --oom-score-adj=0 \
+        --image-gc-high-threshold=100 --image-gc-low-threshold=99 \
+        '--eviction-hard=memory.available<20Mi' --max-pods=250 \
+        --serialize-image-pulls=false --register-node=true \
+        --node-status-update-frequency=4s \
+        --v="${K8S_LOCAL_KUBELET_V:-1}"
+}
+
+# wait_node: until the node is Ready and the namespace's default service
+# account has its token (pods that mount it are refused before that).
+wait_node() {
+    local end=$((SECONDS + READY_TIMEOUT)) ready="" sa=""
+    while [ $SECONDS -lt $end ]; do
+        api GET "/api/v1/nodes/$NODE_NAME"
+        if [ "$HTTP_CODE" = 200 ] && jq -e '.status.conditions[]? | select(.type=="Ready" and .status=="True")' \
+                <<<"$API_BODY" >/dev/null 2>&1; then
+            ready=yes
+        fi
+        api GET "/api/v1/namespaces/$NAMESPACE/serviceaccounts/default"
+        if [ "$HTTP_CODE" = 200 ] && jq -e '(.secrets // []) | length > 0' <<<"$API_BODY" >/dev/null 2>&1; then
+            sa=yes
+        fi
+        [ -n "$ready" ] && [ -n "$sa" ] && return 0
+        our_pid kubelet >/dev/null || { tail -n 30 "$DIR/logs/kubelet.log" >&2; die "the kubelet exited (log: $DIR/logs/kubelet.log)"; }
+        our_pid kube-controller-manager >/dev/null || { tail -n 30 "$DIR/logs/kube-controller-manager.log" >&2; die "kube-controller-manager exited"; }
+        sleep 1
+    done
+    [ -n "$ready" ] || { tail -n 30 "$DIR/logs/kubelet.log" >&2; die "node $NODE_NAME not Ready after ${READY_TIMEOUT} s (log: $DIR/logs/kubelet.log)"; }
+    die "service account $NAMESPACE/default has no token after ${READY_TIMEOUT} s (log: $DIR/logs/kube-controller-manager.log)"
+}
+
+# remove_pod_containers: the containers the kubelet made (it leaves them
+# running when it stops): every container with a pod namespace label.
+remove_pod_containers() {
+    command -v docker >/dev/null && [ -S /var/run/docker.sock ] || return 0
+    local ids
+    ids=$(docker ps -aq --filter label=io.kubernetes.pod.namespace 2>/dev/null) || return 0
+    [ -n "$ids" ] || return 0
+    log "removing $(echo "$ids" | wc -w) pod containers"
+    # shellcheck disable=SC2086
+    docker rm -f $ids >/dev/null 2>&1 || true
+}
+
+# The kubelet bind-mounts its root dir (and pods' volumes under it).
+unmount_kubelet_dir() {
+    [ -d "$DIR/kubelet" ] || return 0
+    local m
+    for m in $(awk -v d="$DIR/kubelet" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r); do
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+}
+
 
 do_start() {
     command -v curl >/dev/null || apt_install curl
     [ -x "$APISERVER_BIN" ] || do_build
     gen_pki
+    command -v jq >/dev/null || apt_install jq
     start_etcd
     start_apiserver
     bootstrap
-    log "ready: $SERVER (state: $DIR); eval \"\$($0 env)\""
+    start_controllers
+    start_kubelet
+    wait_node
+    log "ready: $SERVER, node $NODE_NAME (state: $DIR); eval \"\$($0 env)\""
 }
 
 # ----------------------------------------------------------------- stop ----
@@ -499,6 +747,12 @@ do_stop() {
         "") ;;
         *) die "usage: $0 stop [--purge]" ;;
     esac
+    stop_one kubelet
+    remove_pod_containers
+    unmount_kubelet_dir
+    del_service_rule
+    stop_one kube-scheduler
+    stop_one kube-controller-manager
     stop_one kube-apiserver
     stop_one etcd
     local pid

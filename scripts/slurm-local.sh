@@ -176,9 +176,12 @@ install_pkgs() {
     SUDO=sudo
   fi
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq || die "apt-get update failed"
+  # Waits for the dpkg lock (10 min) and for the project's other scripts
+  # (scripts/deps.sh, k8s-local.sh) instead of failing while they install.
+  apt="$SUDO flock /var/lock/fiber-apt.lock apt-get -o DPkg::Lock::Timeout=600"
+  $apt update -qq || die "apt-get update failed"
   # shellcheck disable=SC2086
-  $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null ||
+  $apt install -y -qq --no-install-recommends $missing >/dev/null ||
     die "apt-get install failed:$missing"
 }
 
@@ -245,6 +248,17 @@ EOF
   : > "$DIR/plugstack.conf"
 }
 
+# without_fds CMD...: runs CMD with descriptors 3-9 closed, so that a
+# daemon never keeps a lock its caller holds (`flock
+# /tmp/fiber-engines.lock scripts/slurm-local.sh start` would otherwise
+# stay locked for as long as munged or slurmd runs).
+without_fds() {
+  (
+    for fd in 3 4 5 6 7 8 9; do eval "exec $fd>&-"; done
+    exec "$@"
+  )
+}
+
 start_munged() {
   command -v munged >/dev/null || die "munged not found (package munge)"
   if [ ! -s "$MDIR/munge.key" ]; then
@@ -258,7 +272,7 @@ start_munged() {
   fi
   rm -f "$SOCK" "$SOCK.lock" "$MDIR/munged.pid"
   # munged forks into the background itself and writes its pid file.
-  env "$MARK" setsid munged --socket="$SOCK" --key-file="$MDIR/munge.key" \
+  without_fds env "$MARK" setsid munged --socket="$SOCK" --key-file="$MDIR/munge.key" \
       --pid-file="$MDIR/munged.pid" --log-file="$MDIR/munged.log" \
       --seed-file="$MDIR/munged.seed" --num-threads=4 \
       < /dev/null >> "$MDIR/munged.log" 2>&1 9>&- ||
@@ -277,7 +291,7 @@ start_munged() {
 spawn() {
   pf=$1; out=$2; shift 2
   rm -f "$pf"
-  env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 9>&- &
+  without_fds env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 &
   child=$!
   n=100
   while ! pid_of "$pf" >/dev/null; do

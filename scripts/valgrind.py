@@ -24,7 +24,9 @@ default is every case.  Cases are left out (see SKIP) that cannot run under
 valgrind: they need a docker engine or a cluster, build and install other
 programs, or train for minutes.  Timeouts are the cases' own TIMEOUT times
 VALGRIND_TIMEOUT_SCALE (default 20).  VALGRIND_JOBS (default 2) cases run at
-once.  Exits 0 when every selected case passed.
+once.  A case that exits 77 ("SKIP: why", tests/harness.h) is reported as
+skipped, with its reason, not as passed.  Exits 0 when every selected case
+passed or skipped.
 """
 import json
 import os
@@ -172,11 +174,17 @@ def main():
           (len(chosen), jobs, scale), flush=True)
 
     start = time.monotonic()
-    failed = []
+    failed, skips = [], []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for name, rc, took, output, bad in pool.map(
                 lambda c: run_case(c, logdir, scale), chosen):
             ok = rc == 0 and not bad
+            if rc == 77 and not bad:
+                why = [ln for ln in output.splitlines()
+                       if ln.startswith("SKIP: ")]
+                skips.append((name, why[0] if why else "SKIP: (no reason)"))
+                print("%-6s %-70s %7.1f s" % ("skip", name, took), flush=True)
+                continue
             print("%-6s %-70s %7.1f s" % ("ok" if ok else "FAIL", name, took),
                   flush=True)
             if not ok:
@@ -185,8 +193,11 @@ def main():
                     print("  exit: %s\n%s" % (rc, output[-3000:]))
                 for log in bad:
                     print("  errors in %s:\n%s" % (log, errors_in(log)[-6000:]))
-    print("valgrind: %d of %d cases passed in %.0f s" %
-          (len(chosen) - len(failed), len(chosen), time.monotonic() - start))
+    print("valgrind: %d of %d cases passed, %d skipped, in %.0f s" %
+          (len(chosen) - len(failed) - len(skips), len(chosen), len(skips),
+           time.monotonic() - start))
+    for name, why in skips:
+        print("  skipped %s: %s" % (name, why))
     if failed:
         print("failed:\n  " + "\n  ".join(failed))
         sys.exit(1)

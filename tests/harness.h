@@ -20,10 +20,24 @@
  *
  * A failed CHECK prints the file, line, expression and, for fiber calls,
  * the code's name and fiber_last_error(), then exits with status 1.
+ *
+ * A case that cannot run here says so and exits with TH_SKIP_CODE (77),
+ * which every test's SKIP_RETURN_CODE names (cmake/FiberSkip.cmake), so
+ * ctest reports it as skipped, never as passed:
+ *
+ *     TH_SKIP("%s is absent", path);          always a skip
+ *     TH_SKIP_ENGINE("no Docker Engine at %s", sock);
+ *
+ * TH_SKIP_ENGINE is for a case that needs an engine (Docker, Slurm,
+ * Kubernetes).  Under CI (the environment variable CI set to anything but
+ * "", "0" or "false") every engine must be there, so it fails instead
+ * (exit 1, "FAIL: ... engine case cannot run under CI").  The shell
+ * wrappers do the same through tests/skip.sh.
  */
 #ifndef FIBER_TEST_HARNESS_H
 #define FIBER_TEST_HARNESS_H
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +76,40 @@ static inline void th_register(struct th_case *c)
         fprintf(stderr, "\n");                                                 \
         exit(1);                                                               \
     } while (0)
+
+#define TH_SKIP_CODE 77
+
+/* 1 when the environment says this is a CI run (CI=true, CI=1, ...). */
+static inline int th_under_ci(void)
+{
+    const char *ci = getenv("CI");
+    return ci && *ci && strcmp(ci, "0") != 0 && strcmp(ci, "false") != 0;
+}
+
+/* Prints "SKIP: <reason>" on both streams and exits TH_SKIP_CODE; an
+ * engine skip under CI prints FAIL and exits 1 instead. */
+__attribute__((format(printf, 2, 3), noreturn)) static inline void
+th_skip(int engine, const char *fmt, ...)
+{
+    char reason[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    if (engine && th_under_ci()) {
+        fprintf(stderr, "FAIL: %s: an engine case cannot run under CI=%s\n",
+                reason, getenv("CI"));
+        fflush(stdout);
+        exit(1);
+    }
+    printf("SKIP: %s\n", reason);
+    fprintf(stderr, "SKIP: %s\n", reason);
+    fflush(stdout);
+    exit(TH_SKIP_CODE);
+}
+
+#define TH_SKIP(...) th_skip(0, __VA_ARGS__)
+#define TH_SKIP_ENGINE(...) th_skip(1, __VA_ARGS__)
 
 #define CHECK(cond)                                                            \
     do {                                                                       \

@@ -1143,7 +1143,10 @@ FIBER_API int fiber_manager_state(fiber_buf **state);
  * empty /tmp (mode 1777), each at the same path as on the host, with the
  * symbolic links met on the way (/lib64 -> usr/lib64 on Debian).  So a
  * backend can start the same program, at the same path, in a container.
- * Libraries the program dlopen()s by itself at run time are not found.
+ * It also holds libcurl and the libraries it needs, which fiber itself
+ * loads at run time for its docker and kubernetes backends, so that a
+ * master in a container (fiber_run_start, a pod) can start its jobs.
+ * Other libraries the program dlopen()s by itself are not found.
  * The image carries the labels fiber.program (the path) and
  * fiber.build_id.
  *

@@ -29,6 +29,19 @@ def script(tmp_path):
 BACKEND = os.environ.get("FIBER_BACKEND", "local")
 
 
+def under_ci():
+    return os.environ.get("CI", "") not in ("", "0", "false")
+
+
+def skip_engine(reason):
+    """A case that needs an engine (Docker, Slurm, Kubernetes) and cannot
+    have it: skipped, or failed under CI, which must exercise every
+    backend (the C suites' TH_SKIP_ENGINE and tests/skip.sh)."""
+    if under_ci():
+        pytest.fail("%s: an engine case cannot run under CI" % reason)
+    pytest.skip(reason)
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "local_only: needs the local backend (it inspects the "

@@ -6,12 +6,15 @@ import pytest
 import fiber
 from fiber import _fiber, image
 
+from conftest import skip_engine
+
 SOCK = os.environ.get("FIBER_DOCKER_SOCKET", "/var/run/docker.sock")
-if not os.path.exists(SOCK):
-    if os.environ.get("CI") == "true":
-        raise RuntimeError("CI=true: the image cases need the Docker engine "
-                           "at %s" % SOCK)
-    pytest.skip("no Docker engine at %s" % SOCK, allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def docker_engine():
+    if not os.path.exists(SOCK):
+        skip_engine("no Docker engine at %s" % SOCK)
 
 
 def test_bad_trees_are_refused_by_name():

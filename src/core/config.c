@@ -59,7 +59,9 @@
     X(k8s_namespace, STR, "", word, 0, 0)                                      \
     X(k8s_config_dir, STR, "/var/run/secrets/kubernetes.io/serviceaccount",    \
       word, 0, 0)                                                              \
-    X(k8s_volumes, STR, "", word, 0, 0)
+    X(k8s_volumes, STR, "", word, 0, 0)                                        \
+    X(k8s_host_network, INT, 0, boolean, 0, 0)                                 \
+    X(k8s_pull_policy, STR, "", pull_policy, 0, 0)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */
@@ -383,6 +385,26 @@ static int parse_word(const struct key_spec *k, const char *text,
     }
     out->str = text;
     return 0;
+}
+
+/* k8s_pull_policy: the pods' imagePullPolicy, in Kubernetes' spelling
+ * (any case is read), or "" for the cluster's default. */
+static const char *const pull_policy_names[] = {"", "Always", "IfNotPresent",
+                                                "Never"};
+#define format_pull_policy format_string
+
+static int parse_pull_policy(const struct key_spec *k, const char *text,
+                             const char *origin, union cfg_value *out)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(pull_policy_names); i++) {
+        if (strcasecmp(pull_policy_names[i], text) == 0) {
+            out->str = pull_policy_names[i];
+            return 0;
+        }
+    }
+    return bad_value(k, text, origin,
+                     "Always, IfNotPresent, Never, or nothing (the "
+                     "cluster's default)");
 }
 
 static int parse_args(const struct key_spec *k, const char *text,

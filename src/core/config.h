@@ -48,6 +48,8 @@ struct fb_config {
     char k8s_namespace[64];     /* "" = in-cluster namespace or "default" */
     char k8s_config_dir[512];   /* the in-cluster service-account folder */
     char k8s_volumes[512];      /* "claim:/path[:ro],..." PVC mounts */
+    int k8s_host_network;       /* pods use the node's network; 0 */
+    char k8s_pull_policy[16];   /* imagePullPolicy; "" = cluster default */
 };
 
 /* Fills c with the built-in defaults. */

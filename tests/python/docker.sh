@@ -4,17 +4,14 @@
 # folder with `python -m fiber.image build` (no registry, FROM scratch),
 # runs python/tests with FIBER_BACKEND=docker and that image, and removes
 # the image.  Cases marked local_only or host_files are left out
-# (python/tests/conftest.py).  Without a Docker engine it exits 77
-# (skipped), or fails under CI=true: CI must exercise every backend.
+# (python/tests/conftest.py).  Without a Docker engine it skips (exit 77),
+# or fails under CI (tests/skip.sh).
 set -u
 venv=$1
 top=$(cd "$(dirname "$0")/../.." && pwd)
+. "$top/tests/skip.sh"
 sock=${FIBER_DOCKER_SOCKET:-/var/run/docker.sock}
-if [ ! -S "$sock" ]; then
-    echo "SKIP: $sock is absent: no Docker engine on this machine"
-    [ "${CI:-}" = true ] && { echo "CI=true: an engine case may not skip" >&2; exit 1; }
-    exit 77
-fi
+[ -S "$sock" ] || skip_engine "$sock is absent: no Docker engine on this machine"
 tag=fiber-test/python:ci-$$
 PYTHONPATH="$top/python"
 export PYTHONPATH

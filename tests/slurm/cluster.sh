@@ -2,10 +2,12 @@
 # cluster.sh start|stop -- the ctest fixture around scripts/slurm-local.sh.
 #
 # start: starts the throwaway cluster, installing Debian's Slurm packages
-# first if they are missing (as `make test` installs what it needs).  If
-# the packages cannot be installed here (no package archive, not root),
-# it prints SKIP and succeeds, and the slurm cases skip too; a cluster
-# that is installed but does not come up is a failure.
+# first if they are missing (`make test` installs them before ctest
+# starts: scripts/deps.sh engines).  If the packages cannot be installed
+# here (no package archive, not root), it is skipped (exit 77), and the
+# slurm cases are skipped too; under CI (tests/skip.sh) that is a failure,
+# and the cases are then "Not Run".  A cluster that is installed but does
+# not come up is a failure.
 # stop: stops it, leaving nothing running.
 #
 # Several test runs (build trees) may share the one cluster: each start
@@ -14,6 +16,7 @@
 # A cluster that was running before any test run started stays up.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
+. "$top/tests/skip.sh"
 script="$top/scripts/slurm-local.sh"
 users="${SLURM_LOCAL_DIR:-/tmp/fiber-slurm}/users"
 me=$(pwd | cksum | cut -d' ' -f1)
@@ -23,10 +26,8 @@ start)
        ! command -v slurmd >/dev/null 2>&1 ||
        ! command -v sbatch >/dev/null 2>&1 ||
        ! command -v munged >/dev/null 2>&1; then
-        if ! "$script" install; then
-            echo "SKIP: Slurm is not installed and could not be installed"
-            exit 0
-        fi
+        "$script" install ||
+            skip_engine "Slurm is not installed and could not be installed"
     fi
     if "$script" status >/dev/null 2>&1 && [ ! -d "$users" ]; then
         echo "slurm-local: already running (left running afterwards)"

@@ -28,7 +28,7 @@ static const char *const all_keys[] = {
     "slurm_partition",   "slurm_account",      "slurm_time_limit",
     "slurm_sbatch_args", "k8s_server",         "k8s_token_file",
     "k8s_ca_file",       "k8s_namespace",      "k8s_config_dir",
-    "k8s_volumes",
+    "k8s_volumes",       "k8s_host_network",   "k8s_pull_policy",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -217,6 +217,8 @@ static const struct bad_case bad_cases[] = {
     {"slurm_partition", "a b", "without spaces"},
     {"slurm_sbatch_args", "--x\n--y", "without control characters"},
     {"k8s_volumes", "data:/d ata", "without spaces"},
+    {"k8s_host_network", "sometimes", "true or false"},
+    {"k8s_pull_policy", "Whenever", "Always, IfNotPresent, Never, or nothing"},
     {"encryption", "maybe", "true or false"},
     {"max_pending_connections", "0", "from 1 to 65536"},
     {"image", "has space", "image reference"},
@@ -307,7 +309,7 @@ TEST(apply_unknown_key)
           "max_pending_connections, slurm_dir, slurm_partition, "
           "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
           "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
-          "k8s_volumes");
+          "k8s_volumes, k8s_host_network, k8s_pull_policy");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
     CHECK_ERR(fb_config_apply(&c, "log_level", NULL, "test"), FIBER_ECONFIG);
@@ -593,7 +595,7 @@ TEST(env_unknown_variable)
           "max_pending_connections, slurm_dir, slurm_partition, "
           "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
           "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
-          "k8s_volumes");
+          "k8s_volumes, k8s_host_network, k8s_pull_policy");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 

@@ -14,9 +14,11 @@
  * The tar is written in memory (ustar headers, with a pax header when a
  * name does not fit) and sent as the body of POST /images/create?fromSrc=-.
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <dirent.h>
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -837,11 +839,10 @@ static int parse_listing(const struct program_info *pi, const char *text,
     return 0;
 }
 
-static int list_libraries(const struct program_info *pi,
+/* Adds what `interp --list` says pi->path needs (pi may be a library). */
+static int loader_listing(const struct program_info *pi,
                           struct path_list *libs)
 {
-    if (!pi->interp[0])
-        return 0; /* statically linked: nothing to add */
     fiber_buf out = {0};
     int status = 0;
     int rc = run_loader(pi, &out, &status);
@@ -855,9 +856,46 @@ static int list_libraries(const struct program_info *pi,
                     out.len > 1 ? (const char *)out.data : "nothing");
     if (rc == 0)
         rc = parse_listing(pi, (const char *)out.data, libs, 0);
+    fiber_buf_free(&out);
+    return rc;
+}
+
+/* libcurl, which fiber dlopen()s for its docker and kubernetes backends
+ * (curl_dl.h), and the libraries it needs: a master in a container (fiber
+ * run, a pod of the kubernetes backend) talks to its engine with it.
+ * Where this host has no libcurl, nothing is added. */
+static int add_libcurl(const struct program_info *pi, struct path_list *libs)
+{
+    if (fb_curl_load() != 0) {
+        fb_err_clear(); /* no libcurl here: the image goes without */
+        return 0;
+    }
+    void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_NOLOAD);
+    struct link_map *lm = NULL;
+    if (!h)
+        return 0;
+    int found = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
+                lm->l_name[0] == '/';
+    struct program_info lib = *pi;
+    if (found)
+        fb_strlcpy(lib.path, lm->l_name, sizeof lib.path);
+    dlclose(h);
+    if (!found)
+        return 0;
+    int rc = loader_listing(&lib, libs);
+    return rc ? rc : path_list_add(libs, lib.path, strlen(lib.path));
+}
+
+static int list_libraries(const struct program_info *pi,
+                          struct path_list *libs)
+{
+    if (!pi->interp[0])
+        return 0; /* statically linked: nothing to add */
+    int rc = loader_listing(pi, libs);
+    if (rc == 0)
+        rc = add_libcurl(pi, libs);
     if (rc == 0)
         rc = path_list_add(libs, pi->interp, strlen(pi->interp));
-    fiber_buf_free(&out);
     return rc;
 }
 

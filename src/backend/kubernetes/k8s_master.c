@@ -15,24 +15,32 @@
 #define REQUEST_TIMEOUT_MS 30000L
 #define POLL_MS 200
 
-/* Opens the API with the caller's configuration (fiber_config_get: the
- * defaults, .fiberconfig and FIBER_* variables). */
-static int open_api(struct fb_k8s *k)
+/* Reads the caller's kubernetes keys (fiber_config_get: the defaults,
+ * .fiberconfig and FIBER_* variables) into c. */
+static int read_config(struct fb_config *c)
 {
-    static const char *const keys[] = {"k8s_server", "k8s_token_file",
-                                       "k8s_ca_file", "k8s_namespace",
-                                       "k8s_config_dir"};
-    struct fb_config c;
-    fb_config_defaults(&c);
+    static const char *const keys[] = {"k8s_server",       "k8s_token_file",
+                                       "k8s_ca_file",      "k8s_namespace",
+                                       "k8s_config_dir",   "k8s_host_network",
+                                       "k8s_pull_policy"};
+    fb_config_defaults(c);
     for (size_t i = 0; i < FB_ARRAY_LEN(keys); i++) {
         char v[600];
         int rc = fiber_config_get(keys[i], v, sizeof v);
         if (rc == 0)
-            rc = fb_config_apply(&c, keys[i], v, "configuration");
+            rc = fb_config_apply(c, keys[i], v, "configuration");
         if (rc)
             return rc;
     }
-    return fb_k8s_open(k, &c);
+    return 0;
+}
+
+/* Opens the API with the caller's configuration. */
+static int open_api(struct fb_k8s *k)
+{
+    struct fb_config c;
+    int rc = read_config(&c);
+    return rc ? rc : fb_k8s_open(k, &c);
 }
 
 static json_t *env_of(const char *const *vars, size_t n_vars, const char *ns)
@@ -64,7 +72,10 @@ int fb_k8s_master_start(const char *run, const char *const *argv,
                         size_t size)
 {
     struct fb_k8s k;
-    int rc = open_api(&k);
+    struct fb_config c;
+    int rc = read_config(&c);
+    if (rc == 0)
+        rc = fb_k8s_open(&k, &c);
     if (rc)
         return rc;
     char name[64], run_label[48], q[32];
@@ -87,13 +98,39 @@ int fb_k8s_master_start(const char *run, const char *const *argv,
     }
     json_t *body = json_pack(
         "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s, s:s}},"
-        " s:{s:s, s:b, s:[{s:s, s:s, s:[s], s:o, s:o, s:{s:o}}]}}",
+        " s:{s:s, s:b, s:b, s:[{s:s, s:s, s:[s], s:o, s:o, s:{s:o}}]}}",
         "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "labels",
         "fiber.run", run_label, "fiber.role", "master", "fiber.job", "0",
         "app.kubernetes.io/managed-by", "fiber", "spec", "restartPolicy",
-        "Never", "enableServiceLinks", 0, "containers", "name", "master",
+        "Never", "enableServiceLinks", 0, "shareProcessNamespace", 1,
+        "containers", "name", "master",
         "image", image, "command", argv[0], "args", args, "env",
         env_of(vars, n_vars, k.ns), "resources", "limits", limits);
+    /* The master's pod is made like its jobs' pods will be, and the master
+     * makes them with the same two keys. */
+    json_t *spec = json_object_get(body, "spec");
+    json_t *container = json_array_get(json_object_get(spec, "containers"), 0);
+    json_t *env = json_object_get(container, "env");
+    if (body && c.k8s_host_network) {
+        /* On the node's network the pod's hostname is the node's; the
+         * master finds its own pod (the owner of its jobs' pods) by the
+         * name in HOSTNAME, so that is set to the pod's name. */
+        json_object_set_new(spec, "hostNetwork", json_true());
+        json_array_append_new(
+            env, json_pack("{s:s, s:{s:{s:s}}}", "name", "HOSTNAME",
+                           "valueFrom", "fieldRef", "fieldPath",
+                           "metadata.name"));
+        json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+                                             "FIBER_K8S_HOST_NETWORK",
+                                             "value", "true"));
+    }
+    if (body && c.k8s_pull_policy[0]) {
+        json_object_set_new(container, "imagePullPolicy",
+                            json_string(c.k8s_pull_policy));
+        json_array_append_new(env, json_pack("{s:s, s:s}", "name",
+                                             "FIBER_K8S_PULL_POLICY", "value",
+                                             c.k8s_pull_policy));
+    }
     char path[300], what[200];
     snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods", k.ns);
     snprintf(what, sizeof what, "creating the master's pod %s in namespace "

@@ -10,7 +10,16 @@
  *     registry and fiber builds none there) with the master's program at
  *     its own path as the command and the job's arguments, environment
  *     and working directory, restartPolicy Never;
+ *   - shares one process namespace among its containers
+ *     (shareProcessNamespace), so that the program is not the namespace's
+ *     init (pid 1, which ignores every signal it has no handler for: its
+ *     own raise(SIGKILL), a SIGTERM) and dies of signals as it would
+ *     anywhere else; the sandbox's pause process reaps orphans;
  *   - has limits for cpu, memory and nvidia.com/gpu from the job options;
+ *   - uses the node's network when k8s_host_network is set (a cluster
+ *     without a pod network, such as the test cluster of
+ *     scripts/k8s-local.sh), and the imagePullPolicy k8s_pull_policy
+ *     when that is set (Never: the image must be on the node already);
  *   - mounts the persistent volume claims of k8s_volumes
  *     ("claim:/path[:ro],..."), so that input data reaches every worker;
  *   - reads the run's token from a Secret: one per run
@@ -44,9 +53,16 @@
  * sends SIGTERM, then SIGKILL after the grace.  release_job deletes the
  * pod at once whatever its state, so a run leaves no pods behind.
  *
+ * Batches.  Between begin_batch and end_batch (a pool's workers),
+ * create_job only describes the pod and records it; end_batch POSTs the
+ * recorded pods concurrently, on up to BATCH_THREADS connections of their
+ * own, so that 32 workers cost about the time of 32 / BATCH_THREADS
+ * requests instead of 32 in a row.  A pod whose create fails reads as
+ * exited with status 127, and end_batch returns the first failure.
+ *
  * The ops are called with the runtime lock held and make at most one or
  * two API requests each (create: the pod, plus the Secret for the run's
- * first job).
+ * first job); end_batch makes one per recorded pod.
  */
 #include <errno.h>
 #include <limits.h>
@@ -75,6 +91,7 @@
 #define SECRET_KEY "token"
 #define SECRET_VAR "FIBER_BOOT_SECRET_FILE"
 #define CONTAINER "job"
+#define BATCH_THREADS 8
 
 /* What the watch thread knows of one job's pod.  Guarded by ks->mu. */
 struct k8s_entry {
@@ -105,10 +122,21 @@ struct k8s_state {
     pthread_mutex_t mu;
     struct k8s_entry *entries;
     uint64_t create_seq;
+    int batching;                /* between begin_batch and end_batch */
+    struct k8s_pending *pending; /* the batch's pods, newest first */
 };
 
 struct k8s_job {
     struct k8s_entry *e;
+};
+
+/* A pod recorded by create_job during a batch, POSTed by end_batch. */
+struct k8s_pending {
+    struct k8s_pending *next;
+    struct fb_job *job;
+    json_t *body;
+    int rc;            /* the create's result, set by end_batch */
+    char why[1024];    /* its message when rc != 0 */
 };
 
 /* The watch thread's view of one watch. */
@@ -200,7 +228,15 @@ static void note_pod(struct k8s_state *ks, json_t *pod, int deleted)
         pthread_mutex_unlock(&ks->mu);
         return;
     }
-    if (json_is_integer(json_object_get(term, "exitCode"))) {
+    /* A container that never started (no startedAt: the kubelet gave up
+     * on it when signal_job deleted the pod, and says 137 or Failed) ran
+     * no program: it reads as the signal asked for, as a pod deleted
+     * before any node took it. */
+    int never_ran = e->signalled && (!term || !json_string_value(json_object_get(
+                                                  term, "startedAt")));
+    if (never_ran && (term || (phase && strcmp(phase, "Failed") == 0))) {
+        entry_ended(e, deleted_status(e), NULL);
+    } else if (json_is_integer(json_object_get(term, "exitCode"))) {
         entry_ended(e, fb_exit_status_of_code(json_integer_value(
                            json_object_get(term, "exitCode"))),
                     NULL);
@@ -405,10 +441,8 @@ static int follow(struct watch_ctx *c)
     snprintf(tail, sizeof tail,
              "?labelSelector=fiber.run%%3D%s&watch=1&allowWatchBookmarks=true"
              "&timeoutSeconds=%d&resourceVersion=%s",
-             ks->run, WATCH_SECONDS,
-             __atomic_exchange_n(&expire_next_watch, 0, __ATOMIC_SEQ_CST)
-                 ? "1"
-                 : c->rv);
+             ks->run, WATCH_SECONDS, c->rv);
+    int expire = __atomic_exchange_n(&expire_next_watch, 0, __ATOMIC_SEQ_CST);
     pods_path(ks, path, sizeof path, NULL, tail);
     struct fb_k8s_watch w = {0};
     c->gone = 0;
@@ -418,8 +452,15 @@ static int follow(struct watch_ctx *c)
                     fiber_last_error());
         nap(ks, RETRY_MS);
     } else {
-        while (!fb_k8s_watch_pump(&w, ks->stop_fd, 1000) && !c->gone &&
-               !stopping(ks))
+        if (expire) { /* the test hook: as the server would say it */
+            json_t *gone = json_pack("{s:s, s:s, s:s, s:i}", "kind", "Status",
+                                     "status", "Failure", "reason", "Expired",
+                                     "code", 410);
+            on_watch_event(c, "ERROR", gone);
+            json_decref(gone);
+        }
+        while (!c->gone && !fb_k8s_watch_pump(&w, ks->stop_fd, 1000) &&
+               !c->gone && !stopping(ks))
             ;
         if (c->gone || w.status == 410) {
             relist_first = 1;
@@ -728,7 +769,8 @@ static json_t *limits_of(const fiber_job_opts *o, int *bad)
     return l;
 }
 
-static json_t *container_of(const struct fb_job_spec *spec, const char *image,
+static json_t *container_of(const struct fb_config *cfg,
+                            const struct fb_job_spec *spec, const char *image,
                             const char *program, json_t *mounts)
 {
     json_t *c = json_object(), *cmd = json_array(), *args = json_array();
@@ -736,6 +778,9 @@ static json_t *container_of(const struct fb_job_spec *spec, const char *image,
     int bad = !c || !cmd || !args || !env;
     fb_json_put(c, "name", json_string(CONTAINER), &bad);
     fb_json_put(c, "image", json_string(image), &bad);
+    if (cfg->k8s_pull_policy[0])
+        fb_json_put(c, "imagePullPolicy", json_string(cfg->k8s_pull_policy),
+                    &bad);
     fb_json_push(cmd, json_string(program), &bad);
     fb_json_put(c, "command", cmd, &bad);
     for (size_t i = 1; spec->argv[0] && spec->argv[i]; i++)
@@ -790,17 +835,21 @@ static int pod_of(struct fb_backend *be, const struct fb_job_spec *spec,
     snprintf(id, sizeof id, "%llu", (unsigned long long)spec->job_id);
     json_t *p = rc ? NULL : json_pack(
         "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s, s:s}, s:{s:s}},"
-        " s:{s:s, s:I, s:b, s:b, s:[o], s:o}}",
+        " s:{s:s, s:I, s:b, s:b, s:b, s:[o], s:o}}",
         "apiVersion", "v1", "kind", "Pod", "metadata", "name", pod, "labels",
         "fiber.run", ks->run, "fiber.job", id, "fiber.role", "job",
         "app.kubernetes.io/managed-by", "fiber", "annotations", "fiber.name",
         spec->name, "spec", "restartPolicy", "Never",
         "terminationGracePeriodSeconds", (json_int_t)ks->grace_s,
         "enableServiceLinks", 0, "automountServiceAccountToken", 0,
-        "containers", container_of(spec, image, program, mounts), "volumes",
-        json_incref(volumes));
+        "shareProcessNamespace", 1,
+        "containers", container_of(be->cfg, spec, image, program, mounts),
+        "volumes", json_incref(volumes));
     if (!rc && !p)
         rc = fb_err(FIBER_ENOMEM, "out of memory describing pod %s", pod);
+    if (p && be->cfg->k8s_host_network)
+        json_object_set_new(json_object_get(p, "spec"), "hostNetwork",
+                            json_true());
     if (p && ks->owner_uid[0])
         json_object_set_new(
             json_object_get(p, "metadata"), "ownerReferences",
@@ -830,6 +879,7 @@ static int check_spec(struct fb_backend *be, const struct fb_job_spec *spec,
 }
 
 static int delete_pod(struct k8s_state *ks, const char *pod, long grace_s);
+static int unrecord(struct k8s_state *ks, struct fb_job *job);
 
 static struct k8s_entry *add_entry(struct k8s_state *ks, const char *pod)
 {
@@ -885,13 +935,63 @@ static void recheck_created(struct k8s_state *ks, struct k8s_entry *e)
     json_decref(pod);
 }
 
+/* POSTs a pod body on connection api; returns 0 or FIBER_ESPAWN (or
+ * another code) with the message; on a lost answer the pod is deleted, in
+ * case the server made it. */
+static int post_pod(struct k8s_state *ks, struct fb_k8s *api, json_t *body,
+                    const char *pod)
+{
+    char path[400], what[200];
+    pods_path(ks, path, sizeof path, NULL, NULL);
+    long status = 0;
+    json_t *reply = NULL;
+    int rc = fb_k8s_json(api, "POST", path, body, NULL, REQUEST_TIMEOUT_MS,
+                         &status, &reply);
+    const char *job_name = json_string_value(json_object_get(
+        json_object_get(json_object_get(body, "metadata"), "annotations"),
+        "fiber.name"));
+    snprintf(what, sizeof what, "creating pod %s for job '%s' in namespace "
+             "'%s'", pod, job_name ? job_name : "?", ks->api.ns);
+    if (rc == 0 && status != 201 && status != 200)
+        rc = fb_k8s_refused(api, FIBER_ESPAWN, what, status, reply);
+    else if (rc)
+        rc = fb_err(FIBER_ESPAWN, "%s: %s", what, fiber_last_error());
+    json_decref(reply);
+    if (rc && status == 0) {
+        char why[1024];
+        fb_strlcpy(why, fiber_last_error(), sizeof why);
+        char del[400], tail[64];
+        snprintf(tail, sizeof tail, "?gracePeriodSeconds=0");
+        pods_path(ks, del, sizeof del, pod, tail);
+        long st;
+        json_t *r = NULL;
+        if (fb_k8s_json(api, "DELETE", del, NULL, NULL, REQUEST_TIMEOUT_MS,
+                        &st, &r) != 0)
+            fb_log_debug("kubernetes backend: %s", fiber_last_error());
+        json_decref(r);
+        fb_err(rc, "%s", why);
+    }
+    return rc;
+}
+
+/* The pod exists: its entry counts for lists from now on. */
+static void pod_created(struct k8s_state *ks, struct k8s_entry *e)
+{
+    pthread_mutex_lock(&ks->mu);
+    e->created_seq = ++ks->create_seq;
+    int recheck = e->recheck;
+    pthread_mutex_unlock(&ks->mu);
+    if (recheck)
+        recheck_created(ks, e);
+}
+
 static int k8s_create_job(struct fb_backend *be,
                           const struct fb_job_spec *spec, struct fb_job *job)
 {
     struct k8s_state *ks = be->state;
     struct k8s_job *kj = job->priv;
     const char *image;
-    char program[PATH_MAX], pod[64], part[64], path[400], what[200];
+    char program[PATH_MAX], pod[64], part[64];
     int rc = check_spec(be, spec, &image, program, sizeof program);
     if (rc == 0)
         rc = make_secret(ks, spec);
@@ -911,41 +1011,33 @@ static int k8s_create_job(struct fb_backend *be,
         json_decref(body);
         return fb_err_errno(FIBER_ESYS, "cannot make an eventfd");
     }
-    uint64_t t0 = fb_now_ms();
-    pods_path(ks, path, sizeof path, NULL, NULL);
-    long status = 0;
-    json_t *reply = NULL;
-    rc = fb_k8s_json(&ks->api, "POST", path, body, NULL, REQUEST_TIMEOUT_MS,
-                     &status, &reply);
-    json_decref(body);
-    snprintf(what, sizeof what, "creating pod %s for job '%s' in namespace "
-             "'%s'", pod, spec->name, ks->api.ns);
-    if (rc == 0 && status != 201 && status != 200)
-        rc = fb_k8s_refused(&ks->api, FIBER_ESPAWN, what, status, reply);
-    else if (rc)
-        rc = fb_err(FIBER_ESPAWN, "%s: %s", what, fiber_last_error());
-    json_decref(reply);
-    if (rc) {
-        /* The server may have made the pod before the answer was lost. */
-        if (status == 0) {
-            char why[1024];
-            fb_strlcpy(why, fiber_last_error(), sizeof why);
-            delete_pod(ks, pod, 0);
-            fb_err(rc, "%s", why);
-        }
-        drop_entry(ks, e);
-        return rc;
-    }
-    pthread_mutex_lock(&ks->mu);
-    e->created_seq = ++ks->create_seq;
-    int recheck = e->recheck;
-    pthread_mutex_unlock(&ks->mu);
-    if (recheck)
-        recheck_created(ks, e);
     kj->e = e;
     job->pid = -1;
-    fb_strlcpy(job->engine_id, pod, sizeof job->engine_id);
     job->state = FB_JOB_RUNNING;
+    if (ks->batching) { /* end_batch POSTs it */
+        struct k8s_pending *pd = calloc(1, sizeof *pd);
+        if (!pd) {
+            json_decref(body);
+            drop_entry(ks, e);
+            kj->e = NULL;
+            return fb_err(FIBER_ENOMEM, "out of memory");
+        }
+        pd->job = job;
+        pd->body = body;
+        pd->next = ks->pending;
+        ks->pending = pd;
+        return 0;
+    }
+    uint64_t t0 = fb_now_ms();
+    rc = post_pod(ks, &ks->api, body, pod);
+    json_decref(body);
+    if (rc) {
+        drop_entry(ks, e);
+        kj->e = NULL;
+        return rc;
+    }
+    pod_created(ks, e);
+    fb_strlcpy(job->engine_id, pod, sizeof job->engine_id);
     fb_log_debug("job %llu '%s': pod %s (created in %llu ms)",
                  (unsigned long long)spec->job_id, spec->name, pod,
                  (unsigned long long)(fb_now_ms() - t0));
@@ -1006,6 +1098,12 @@ static int k8s_signal_job(struct fb_backend *be, struct fb_job *job,
     if (force || !e->signalled)
         e->signalled = force ? SIGKILL : SIGTERM;
     pthread_mutex_unlock(&ks->mu);
+    if (unrecord(ks, job)) { /* never submitted: it ends here */
+        pthread_mutex_lock(&ks->mu);
+        entry_ended(e, deleted_status(e), NULL);
+        pthread_mutex_unlock(&ks->mu);
+        return 0;
+    }
     return delete_pod(ks, e->pod, force ? 0 : ks->grace_s);
 }
 
@@ -1039,8 +1137,9 @@ static void k8s_release_job(struct fb_backend *be, struct fb_job *job)
     struct k8s_entry *e = kj->e;
     if (!e)
         return;
-    /* Ended or not, the pod goes now: a run leaves none behind. */
-    if (delete_pod(ks, e->pod, 0) != 0)
+    /* Ended or not, the pod goes now: a run leaves none behind (one still
+     * recorded in a batch was never made). */
+    if (!unrecord(ks, job) && delete_pod(ks, e->pod, 0) != 0)
         fb_log_warn("kubernetes backend: %s", fiber_last_error());
     if (job->state != FB_JOB_EXITED) {
         pthread_mutex_lock(&ks->mu);
@@ -1049,6 +1148,119 @@ static void k8s_release_job(struct fb_backend *be, struct fb_job *job)
     }
     drop_entry(ks, e);
     kj->e = NULL;
+}
+
+/* ---- batches ------------------------------------------------------------------ */
+
+static void k8s_begin_batch(struct fb_backend *be)
+{
+    struct k8s_state *ks = be->state;
+    ks->batching = 1;
+}
+
+/* Takes job's recorded pod out of the batch (it is never POSTed);
+ * returns 1 if it was there. */
+static int unrecord(struct k8s_state *ks, struct fb_job *job)
+{
+    for (struct k8s_pending **p = &ks->pending; *p; p = &(*p)->next) {
+        if ((*p)->job == job) {
+            struct k8s_pending *pd = *p;
+            *p = pd->next;
+            json_decref(pd->body);
+            free(pd);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The batch's POSTs, shared by the threads of end_batch. */
+struct batch_run {
+    struct k8s_state *ks;
+    pthread_mutex_t mu;
+    struct k8s_pending *next; /* the next pod to POST */
+};
+
+static void *batch_worker(void *arg)
+{
+    struct batch_run *b = arg;
+    struct fb_k8s api;
+    int open_rc = fb_k8s_clone(&api, &b->ks->api);
+    for (;;) {
+        pthread_mutex_lock(&b->mu);
+        struct k8s_pending *pd = b->next;
+        if (pd)
+            b->next = pd->next;
+        pthread_mutex_unlock(&b->mu);
+        if (!pd)
+            break;
+        struct k8s_entry *e = ((struct k8s_job *)pd->job->priv)->e;
+        pd->rc = open_rc ? open_rc
+                         : post_pod(b->ks, &api, pd->body, e->pod);
+        if (pd->rc) {
+            fb_strlcpy(pd->why, open_rc ? "out of memory" : fiber_last_error(),
+                       sizeof pd->why);
+            fb_err_clear();
+        }
+    }
+    if (open_rc == 0)
+        fb_k8s_close(&api);
+    return NULL;
+}
+
+static int k8s_end_batch(struct fb_backend *be)
+{
+    struct k8s_state *ks = be->state;
+    ks->batching = 0;
+    struct k8s_pending *list = NULL; /* oldest first, as created */
+    while (ks->pending) {
+        struct k8s_pending *pd = ks->pending;
+        ks->pending = pd->next;
+        pd->next = list;
+        list = pd;
+    }
+    if (!list)
+        return 0;
+    size_t n = 0;
+    for (struct k8s_pending *pd = list; pd; pd = pd->next)
+        n++;
+    uint64_t t0 = fb_now_ms();
+    struct batch_run b = {.ks = ks, .next = list};
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_t threads[BATCH_THREADS];
+    size_t started = 0;
+    for (; started < BATCH_THREADS && started < n; started++)
+        if (pthread_create(&threads[started], NULL, batch_worker, &b) != 0)
+            break;
+    if (started == 0)
+        batch_worker(&b); /* no thread to be had: one after the other */
+    for (size_t i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    pthread_mutex_destroy(&b.mu);
+    int first_rc = 0;
+    char first_why[1024] = "";
+    for (struct k8s_pending *pd = list; pd;) {
+        struct k8s_pending *next = pd->next;
+        struct k8s_entry *e = ((struct k8s_job *)pd->job->priv)->e;
+        if (pd->rc == 0) {
+            fb_strlcpy(pd->job->engine_id, e->pod, sizeof pd->job->engine_id);
+            pod_created(ks, e);
+        } else {
+            pthread_mutex_lock(&ks->mu);
+            entry_ended(e, 127, pd->why);
+            pthread_mutex_unlock(&ks->mu);
+            if (!first_rc) {
+                first_rc = pd->rc;
+                fb_strlcpy(first_why, pd->why, sizeof first_why);
+            }
+        }
+        json_decref(pd->body);
+        free(pd);
+        pd = next;
+    }
+    fb_log_debug("kubernetes backend: %zu pods created at once in %llu ms",
+                 n, (unsigned long long)(fb_now_ms() - t0));
+    return first_rc ? fb_err(first_rc, "%s", first_why) : 0;
 }
 
 const struct fb_backend_ops fb_backend_kubernetes = {
@@ -1063,5 +1275,7 @@ const struct fb_backend_ops fb_backend_kubernetes = {
     .poll_job = k8s_poll_job,
     .signal_job = k8s_signal_job,
     .logs = k8s_logs,
+    .begin_batch = k8s_begin_batch,
+    .end_batch = k8s_end_batch,
     .release_job = k8s_release_job,
 };

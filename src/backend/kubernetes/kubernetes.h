@@ -5,9 +5,13 @@
 #ifndef FB_KUBERNETES_H
 #define FB_KUBERNETES_H
 
-/* Makes the next watch of the run's pods start from resourceVersion 1,
- * which the API server has long forgotten: it answers 410 Gone, and the
- * watcher must list again and resume.  For tests only. */
+/* Makes the next watch of the run's pods end as a server ends a watch
+ * whose resourceVersion it has forgotten: an ERROR event with status 410
+ * Gone, handed to the watcher as if read from the stream (the watch
+ * itself is real).  The watcher must list again and resume.  Whether a
+ * real server answers 410 to an old version depends on its watch cache
+ * (a fresh cluster still holds version 1), so the hook does not ask it.
+ * For tests only. */
 void fb_k8s_test_expire_next_watch(void);
 
 /* How many times the pod watchers of this process listed the pods (the
