@@ -78,6 +78,7 @@ struct options {
 struct result {
     double create_s, connect_s, total_s, rss_kib, pss_kib, free_s;
     double master_rss_kib;
+    double master_cpu_s; /* user + system CPU of the master during the map */
     long workers, ran_tasks_min, ran_tasks_max, distinct;
 };
 
@@ -90,6 +91,25 @@ static const struct bench_figure figure_keys[] = {
     {"create_s", offsetof(struct result, create_s), 4, 1},
 };
 #define N_FIGURES (sizeof figure_keys / sizeof figure_keys[0])
+
+/* This process's user + system CPU seconds (all threads), from
+ * /proc/self/stat; -1 when it cannot be read. */
+static double self_cpu_s(void)
+{
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return -1;
+    char line[2048];
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    const char *p = strrchr(line, ')'); /* the name may hold spaces */
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
 
 /* The initializer: records this worker's pid and the time. */
 FIBER_TASK(bench_scale_init)
@@ -382,11 +402,12 @@ static int run_fiber(const struct options *o, struct result *r)
         printf("fiber  %ld workers connected after %.3f s\n", got,
                r->connect_s);
         fflush(stdout);
-        double t1 = bench_now_s();
+        double t1 = bench_now_s(), cpu0 = self_cpu_s();
         int mrc = fiber_pool_map(pool, "bench_scale_task", in, sizeof *in,
                                  ntasks, out, sizeof *out,
                                  (size_t)o->chunksize);
         r->total_s = bench_now_s() - t1;
+        r->master_cpu_s = self_cpu_s() - cpu0;
         if (mrc != 0) {
             char err[1024];
             snprintf(err, sizeof err, "%s", fiber_last_error());
@@ -411,6 +432,9 @@ static int run_fiber(const struct options *o, struct result *r)
                "workers ran %ld..%ld tasks each\n", ntasks, TASK_MS,
                r->total_s, TASKS_PER_WORKER * TASK_MS / 1000.0, r->distinct,
                r->ran_tasks_min, r->ran_tasks_max);
+        printf("fiber  master CPU during the map: %.3f s (%.4f s per 1,000 "
+               "tasks)\n", r->master_cpu_s,
+               r->master_cpu_s * 1000.0 / (double)ntasks);
         printf("fiber  memory per worker: VmRSS %.0f KiB, Pss %.0f KiB; "
                "master VmRSS %.0f KiB\n", r->rss_kib, r->pss_kib,
                r->master_rss_kib);
@@ -493,6 +517,12 @@ static void print_json(const struct options *o, const struct result *r,
     bench_json_long("tasks_per_worker_max", r->ran_tasks_max);
     bench_json_long("workers_used", r->distinct);
     bench_json_num("sleep_floor_s", 4, floor_s);
+    if (floor_s > 0)
+        bench_json_num("total_over_floor", 3, r->total_s / floor_s);
+    bench_json_num("master_cpu_s", 3, r->master_cpu_s);
+    bench_json_num("master_cpu_s_per_1000_tasks", 5,
+                   r->master_cpu_s * 1000.0 /
+                       (double)(r->workers * TASKS_PER_WORKER));
     bench_json_long("chunksize", o->chunksize);
     if (bench_json_open_peer(p)) {
         bench_json_long("workers", p->workers);

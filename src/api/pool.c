@@ -1006,15 +1006,11 @@ static int all_done(void *arg)
      * leave. */
     for (struct fb_batch *b = p->all; b; b = b->all_next)
         if (b->kind == B_IMAP && !b->complete) {
-            int busy = 0;
-            for (int i = 0; i < p->n_workers; i++)
-                busy += p->workers[i]->inflight > 0;
-            if (busy)
+            if (p->count.inflight > 0)
                 return 0;
             cut_imap(p, b);
         }
-    for (int i = 0; i < p->n_workers; i++)
-        p->workers[i]->retire = 1;
+    fb_pool_retire_all(p);
     p->target = 0;
     return p->n_workers == 0;
 }
@@ -1119,22 +1115,14 @@ FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st)
     st->workers_alive = fb_pool_alive_workers(p);
     st->workers_target = p->target;
     st->tasks_queued = p->queued + RETRIES(p);
-    size_t inflight = 0;
-    for (int i = 0; i < p->n_workers; i++)
-        inflight += p->workers[i]->inflight;
-    st->tasks_in_flight = inflight;
+    st->tasks_in_flight = p->count.inflight;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
 static int idle_now(struct fiber_pool *p)
 {
-    if (p->queued || RETRIES(p))
-        return 0;
-    for (int i = 0; i < p->n_workers; i++)
-        if (p->workers[i]->inflight)
-            return 0;
-    return 1;
+    return !p->queued && !RETRIES(p) && !p->count.inflight;
 }
 
 /* With nothing left to run, workers are asked to stop (STOP) rather than
@@ -1146,8 +1134,7 @@ static void stop_idle_workers(struct fiber_pool *p)
         p->closed = 1;
         p->target = 0;
         p->max_workers = 0;
-        for (int i = 0; i < p->n_workers; i++)
-            p->workers[i]->retire = 1;
+        fb_pool_retire_all(p);
         int grace = fb_rt_config()->terminate_grace_ms;
         pool_wait(p, no_workers, p, fb_deadline_ms(grace + 500));
     }
