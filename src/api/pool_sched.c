@@ -24,6 +24,7 @@
 
 #define SPIN_US 50
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */
+#define CHUNKS_PER_S 20000.0     /* and at most ~20,000 chunks a second */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
 #define MAX_CREDIT 1024
 #define LONG_TASK_NS 100000000.0 /* beyond this a worker holds one task */
@@ -414,11 +415,25 @@ static int process_inbox(struct fiber_pool *p)
  * long duration is held alone, so a busy worker never sits on work that
  * an idle one could start (the round trip is small next to the task);
  * short tasks are held two or more at a time to hide the round trip. */
+/* The work a chunk should hold: ~200 us, or more when the pool is so
+ * large that chunks that small would make the master exchange more than
+ * CHUNKS_PER_S messages a second each way (2,048 workers running 10 ms
+ * tasks one at a time: 204,800).  Then each worker gets chunks of
+ * n_live / CHUNKS_PER_S seconds of work, and its results come back
+ * together (worker.c reports a running chunk's results every 100 ms). */
+static double chunk_work_ns(const struct fiber_pool *p)
+{
+    double by_rate = (double)p->n_live * 1e9 / CHUNKS_PER_S;
+    return by_rate > AUTO_CHUNK_NS ? by_rate : AUTO_CHUNK_NS;
+}
+
 static uint32_t credit_limit(const struct fiber_pool *p)
 {
     if (p->task_ns <= 0 || p->task_ns > LONG_TASK_NS)
         return 1;
-    double c = CREDIT_NS / p->task_ns;
+    /* Enough for two chunks, so the next is there when one ends. */
+    double hold = 2 * chunk_work_ns(p);
+    double c = (hold > CREDIT_NS ? hold : CREDIT_NS) / p->task_ns;
     return c < 2 ? 2 : c > MAX_CREDIT ? MAX_CREDIT : (uint32_t)c;
 }
 
@@ -431,7 +446,7 @@ static size_t chunk_size(const struct fiber_pool *p, const struct fb_batch *b,
     } else if (p->task_ns <= 0) {
         c = 1;
     } else {
-        double want = AUTO_CHUNK_NS / p->task_ns;
+        double want = chunk_work_ns(p) / p->task_ns;
         c = want < 1 ? 1 : want > MAX_AUTO_CHUNK ? MAX_AUTO_CHUNK : (size_t)want;
         int alive = p->n_live;
         size_t fair = remaining / (size_t)(4 * (alive > 0 ? alive : 1));
@@ -878,6 +893,7 @@ static void maintain(struct fiber_pool *p, int force)
     }
     send_stops(p);
     p->n_live = live_workers(p);
+    p->credit = credit_limit(p);
     p->spin_allowed = (unsigned)fb_pool_alive_workers(p) + 1 <= p->ncpu;
 }
 
@@ -926,7 +942,7 @@ static void handle_events(struct fiber_pool *p, struct epoll_event *evs,
  * when the machine has a core to spare, then blocks. */
 static void wait_events(struct fiber_pool *p, int timeout_ms)
 {
-    struct epoll_event evs[64];
+    struct epoll_event evs[256];
     int n = 0;
     unsigned spin_us = p->spin_allowed ? fb_spin_budget(&p->spin) : 0;
     pthread_mutex_unlock(&p->mu);
