@@ -67,6 +67,9 @@ struct fb_batch {
     int ordered;
     int cut; /* imap: the pool stopped before every result came */
 
+    int has_shared;    /* fiber_pool_shared was in force: pinned */
+    fiber_ref shared;
+
     fiber_done_fn cb;
     void *ud;
     int has_handle;  /* a future or iterator refers to it */
@@ -146,6 +149,8 @@ struct fb_worker {
     uint64_t last_heard_ms;
     uint64_t idle_since_ms;
     char exit_msg[256]; /* what it said before exiting (EXIT) */
+    int shared_told;    /* the shared argument it was last sent (OBJ_CALL) */
+    fiber_ref shared;
 };
 
 struct fb_retry {

@@ -479,6 +479,18 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
     struct fb_chunk *c = calloc(1, sizeof *c);
     if (!c)
         return 0;
+    if (b->has_shared != w->shared_told ||
+        (b->has_shared && memcmp(&b->shared, &w->shared, sizeof w->shared))) {
+        /* The chunks from here on belong to another call's shared
+         * argument (or none). */
+        if (fb_wire_put_obj_call(&w->conn.out,
+                                 b->has_shared ? b->shared.bytes : NULL)) {
+            free(c);
+            return 0;
+        }
+        w->shared_told = b->has_shared;
+        w->shared = b->shared;
+    }
     size_t mark, sent = 0, start_len = w->conn.out.len;
     c->id = ++p->chunk_seq;
     if (fb_wire_task_begin(&w->conn.out, c->id, b->task, b->task_len,

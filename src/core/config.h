@@ -48,6 +48,7 @@ struct fb_config {
     char k8s_namespace[64];     /* "" = in-cluster namespace or "default" */
     char k8s_config_dir[512];   /* the in-cluster service-account folder */
     char k8s_volumes[512];      /* "claim:/path[:ro],..." PVC mounts */
+    int object_cache_mb;        /* a child's cache of shared objects; 4096 */
 };
 
 /* Fills c with the built-in defaults. */

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/object_int.h"
 #include "core/child.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -160,7 +161,9 @@ static void run_item(struct worker *w, fiber_task_fn fn, const char *task,
     int rc;
     if (fn) {
         w->running = 1;
+        fb_objects_task_begin();
         rc = fn(w->arg.data, len, &w->result);
+        fb_objects_task_end(); /* what it resolved may be evicted now */
         w->running = 0;
     } else {
         rc = fiber_task_fail("task '%s' is not registered in this worker",
@@ -341,6 +344,12 @@ static int on_frame(struct worker *w, const struct fb_wire_hdr *h,
     case FB_MSG_PING:
         fb_wire_put_pong(&w->stage, h->id);
         return 0;
+    case FB_MSG_OBJ_CALL: {
+        const uint8_t *ref;
+        fb_wire_get_obj_call(p, h->len, &ref, NULL, 0);
+        fb_objects_set_task_shared(ref);
+        return 0;
+    }
     }
     return fb_err(FIBER_EPROTO, "unexpected %s from the master",
                   fb_msg_type_name(h->type));

@@ -1,0 +1,363 @@
+/*
+ * test_object.c -- shared objects (fiber_object_*): put, ref, resolve in
+ * real worker processes, the per-call shared argument, release, the
+ * relay tree's bound on the master's bytes, relays killed mid-transfer,
+ * and fiber_pool_wait_ready.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/object_int.h"
+#include "api/pool_int.h"
+#include "core/common.h"
+#include "harness.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Bytes that differ per seed and position. */
+static unsigned char *pattern(size_t n, unsigned seed)
+{
+    unsigned char *p = malloc(n ? n : 1);
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        p[i] = (unsigned char)(x >> 16);
+    }
+    return p;
+}
+
+struct digest {
+    unsigned char hash[32];
+    uint64_t len;
+    int64_t pid;
+};
+
+static void digest_of(const void *data, size_t len, struct digest *d)
+{
+    crypto_generichash(d->hash, 32, data, len, NULL, 0);
+    d->len = len;
+    d->pid = getpid();
+}
+
+/* arg: a fiber_ref.  Resolves it and returns its digest and our pid. */
+FIBER_TASK(obj_digest)
+{
+    if (len != sizeof(fiber_ref))
+        return fiber_task_fail("obj_digest wants a ref, got %zu bytes", len);
+    fiber_ref ref;
+    memcpy(&ref, arg, sizeof ref);
+    const void *data;
+    size_t n;
+    int rc = fiber_object_get(&ref, &data, &n);
+    if (rc)
+        return fiber_task_fail("fiber_object_get: %s", fiber_last_error());
+    struct digest d;
+    digest_of(data, n, &d);
+    return fiber_buf_append(out, &d, sizeof d);
+}
+
+/* The call's shared argument's digest; arg ignored. */
+FIBER_TASK(shared_digest)
+{
+    (void)arg;
+    (void)len;
+    const void *data;
+    size_t n;
+    if (fiber_task_shared(&data, &n) != 0)
+        return fiber_task_fail("fiber_task_shared: %s", fiber_last_error());
+    struct digest d;
+    digest_of(data, n, &d);
+    return fiber_buf_append(out, &d, sizeof d);
+}
+
+/* Records this worker's cache counters. */
+FIBER_TASK(obj_stats)
+{
+    (void)arg;
+    (void)len;
+    fiber_object_stats st;
+    fiber_object_stats_get(&st);
+    return fiber_buf_append(out, &st, sizeof st);
+}
+
+static fiber_pool *make_pool(int n)
+{
+    fiber_pool *p;
+    fiber_pool_opts o = {.workers = n};
+    CHECK_OK(fiber_pool_create(&p, &o));
+    return p;
+}
+
+TEST(put_get_release_in_the_master)
+{
+    unsigned char *a = pattern(100000, 1);
+    fiber_ref r1, r2, r3;
+    CHECK_OK(fiber_object_put(a, 100000, &r1));
+    CHECK_OK(fiber_object_put(a, 100000, &r2));
+    CHECK(memcmp(&r1, &r2, sizeof r1) == 0); /* content-addressed */
+    a[5] ^= 1;
+    CHECK_OK(fiber_object_put(a, 100000, &r3));
+    CHECK(memcmp(&r1, &r3, sizeof r1) != 0);
+    const void *d;
+    size_t n;
+    CHECK_OK(fiber_object_get(&r3, &d, &n));
+    CHECK_EQ(n, 100000);
+    CHECK(memcmp(d, a, n) == 0);
+    /* Two puts, two releases: the blob lives until the second. */
+    CHECK_OK(fiber_object_release(&r1));
+    CHECK_OK(fiber_object_get(&r1, &d, &n));
+    CHECK_OK(fiber_object_release(&r2));
+    CHECK_ERR(fiber_object_get(&r1, &d, &n), FIBER_ENOKEY);
+    CHECK(strstr(fiber_last_error(), "released") != NULL);
+    CHECK_ERR(fiber_object_release(&r1), FIBER_ENOKEY);
+    CHECK_ERR(fiber_object_put(NULL, 3, &r1), FIBER_EINVAL);
+    CHECK_ERR(fiber_object_get(NULL, &d, &n), FIBER_EINVAL);
+    /* An empty blob is a blob. */
+    CHECK_OK(fiber_object_put("", 0, &r1));
+    CHECK_OK(fiber_object_get(&r1, &d, &n));
+    CHECK_EQ(n, 0);
+    CHECK_OK(fiber_object_release(&r3));
+    CHECK_OK(fiber_object_release(&r1));
+    free(a);
+}
+
+/* 64 tasks on 8 workers resolve one 1 MiB blob: every digest is right,
+ * each worker fetched it once (the rest were cache hits), and the master
+ * sent at most FB_BLOB_MASTER_COPIES copies: the rest came from relays. */
+TEST(workers_resolve_a_ref_once_and_relay_it)
+{
+    enum { W = 8, N = 64, SIZE = 1 << 20 };
+    fiber_pool *p = make_pool(W);
+    CHECK_OK(fiber_pool_wait_ready(p, W, 30000));
+    unsigned char *blob = pattern(SIZE, 2);
+    struct digest want;
+    digest_of(blob, SIZE, &want);
+    fiber_ref ref;
+    CHECK_OK(fiber_object_put(blob, SIZE, &ref));
+    fiber_object_stats before;
+    CHECK_OK(fiber_object_stats_get(&before));
+    fiber_ref in[N];
+    struct digest got[N];
+    for (int i = 0; i < N; i++)
+        in[i] = ref;
+    CHECK_OK(fiber_pool_map(p, "obj_digest", in, sizeof in[0], N, got,
+                            sizeof got[0], 1));
+    for (int i = 0; i < N; i++) {
+        CHECK(memcmp(got[i].hash, want.hash, 32) == 0);
+        CHECK_EQ(got[i].len, SIZE);
+    }
+    fiber_object_stats after;
+    CHECK_OK(fiber_object_stats_get(&after));
+    uint64_t sent = after.bytes_served - before.bytes_served;
+    printf("master sent %llu bytes (%.2f copies), %llu redirects\n",
+           (unsigned long long)sent, (double)sent / SIZE,
+           (unsigned long long)(after.redirects - before.redirects));
+    CHECK(sent >= SIZE);
+    CHECK(sent <= (uint64_t)FB_BLOB_MASTER_COPIES * SIZE);
+    CHECK(after.redirects > before.redirects);
+    /* Each worker fetched once, however many tasks it ran. */
+    fiber_object_stats ws[W * 4];
+    int zero[W * 4] = {0};
+    CHECK_OK(fiber_pool_map(p, "obj_stats", zero, sizeof zero[0], W * 4, ws,
+                            sizeof ws[0], 1));
+    for (int i = 0; i < W * 4; i++)
+        CHECK(ws[i].fetches <= 1);
+    CHECK_OK(fiber_object_release(&ref));
+    fiber_pool_free(p);
+    free(blob);
+}
+
+TEST(per_call_shared_argument)
+{
+    enum { N = 40, SIZE = 300000 };
+    fiber_pool *p = make_pool(3);
+    unsigned char *a = pattern(SIZE, 3), *b = pattern(SIZE, 4);
+    struct digest da, db, got[N];
+    digest_of(a, SIZE, &da);
+    digest_of(b, SIZE, &db);
+    int zero[N] = {0};
+    CHECK_OK(fiber_pool_map_shared(p, "shared_digest", a, SIZE, zero,
+                                   sizeof zero[0], N, got, sizeof got[0], 0));
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(got[i].hash, da.hash, 32) == 0);
+    /* Another call, another blob, same workers. */
+    CHECK_OK(fiber_pool_map_shared(p, "shared_digest", b, SIZE, zero,
+                                   sizeof zero[0], N, got, sizeof got[0], 0));
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(got[i].hash, db.hash, 32) == 0);
+    /* map_shared released its blob: the master no longer has it. */
+    fiber_object_stats st;
+    CHECK_OK(fiber_object_stats_get(&st));
+    CHECK_EQ(st.objects, 0);
+    /* A call without a shared argument: the task says so. */
+    fiber_buf out = {0};
+    CHECK_ERR(fiber_pool_apply(p, "shared_digest", "", 0, &out), FIBER_ETASK);
+    CHECK(strstr(fiber_last_error(), "no shared argument") != NULL);
+    /* fiber_pool_shared with a ref that was released is refused. */
+    fiber_ref r;
+    CHECK_OK(fiber_object_put(a, 10, &r));
+    CHECK_OK(fiber_object_release(&r));
+    CHECK_OK(fiber_pool_shared(&r));
+    CHECK_ERR(fiber_pool_apply(p, "shared_digest", "", 0, &out), FIBER_ENOKEY);
+    CHECK_OK(fiber_pool_shared(NULL));
+    fiber_buf_free(&out);
+    fiber_pool_free(p);
+    free(a);
+    free(b);
+}
+
+TEST(a_released_ref_fails_to_resolve_in_a_task)
+{
+    fiber_pool *p = make_pool(1);
+    fiber_ref r;
+    CHECK_OK(fiber_object_put("abc", 3, &r));
+    CHECK_OK(fiber_object_release(&r));
+    fiber_buf out = {0};
+    CHECK_ERR(fiber_pool_apply(p, "obj_digest", &r, sizeof r, &out),
+              FIBER_ETASK);
+    CHECK(strstr(fiber_last_error(), "released") != NULL);
+    /* A forged ref (right length, no such blob) is the same. */
+    memset(&r, 7, sizeof r);
+    CHECK_ERR(fiber_pool_apply(p, "obj_digest", &r, sizeof r, &out),
+              FIBER_ETASK);
+    fiber_buf_free(&out);
+    fiber_pool_free(p);
+}
+
+/* Kills every holder that is serving a blob to another worker (load > 0)
+ * as soon as it is seen, until `kills` are done. */
+struct killer {
+    fiber_ref ref;
+    int kills, done, stop;
+    long killed[16];
+};
+
+static int killed_already(const struct killer *k, long pid)
+{
+    for (int i = 0; i < k->done; i++)
+        if (k->killed[i] == pid)
+            return 1;
+    return 0;
+}
+
+static void *kill_relays(void *arg)
+{
+    struct killer *k = arg;
+    while (!k->stop && k->done < k->kills) {
+        long pid = 0;
+        fb_blobs_lock();
+        struct fb_blob *b = fb_blob_find(k->ref.bytes);
+        for (struct fb_holder *h = b ? b->holders : NULL; h; h = h->next) {
+            const char *dot = strstr(h->addr, "relay.");
+            long who = dot ? strtol(dot + 6, NULL, 10) : 0;
+            if (h->load > 0 && who > 0 && !killed_already(k, who)) {
+                pid = who;
+                break;
+            }
+        }
+        fb_blobs_unlock();
+        if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0)
+            k->killed[k->done++] = pid;
+        usleep(500);
+    }
+    return NULL;
+}
+
+/* A broadcast of 24 MiB to 10 workers while relays that are sending are
+ * SIGKILLed: every task still gets exactly the right bytes, and nothing
+ * hangs (the case has a timeout; each map must end). */
+TEST(relays_killed_mid_transfer_cost_a_refetch_not_a_wrong_byte)
+{
+    enum { W = 10, SIZE = 24 << 20 };
+    fiber_pool *p = make_pool(W);
+    CHECK_OK(fiber_pool_wait_ready(p, W, 60000));
+    unsigned char *blob = pattern(SIZE, 5);
+    struct digest want;
+    digest_of(blob, SIZE, &want);
+    struct killer k = {.kills = 3};
+    CHECK_OK(fiber_object_put(blob, SIZE, &k.ref));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, kill_relays, &k) == 0);
+    fiber_ref in[W];
+    struct digest got[W];
+    for (int i = 0; i < W; i++)
+        in[i] = k.ref;
+    CHECK_OK(fiber_pool_map(p, "obj_digest", in, sizeof in[0], W, got,
+                            sizeof got[0], 1));
+    k.stop = 1;
+    pthread_join(t, NULL);
+    for (int i = 0; i < W; i++) {
+        CHECK(memcmp(got[i].hash, want.hash, 32) == 0);
+        CHECK_EQ(got[i].len, SIZE);
+    }
+    /* A killed relay whose own task was done is noticed a little later. */
+    fiber_pool_stats st;
+    for (int i = 0; i < 200; i++) {
+        CHECK_OK(fiber_pool_stats_get(p, &st));
+        if (st.workers_lost >= (uint64_t)k.done)
+            break;
+        sleep_ms(10);
+    }
+    printf("killed %d relays mid-transfer; %llu workers lost, %llu tasks "
+           "retried\n", k.done, (unsigned long long)st.workers_lost,
+           (unsigned long long)st.tasks_retried);
+    CHECK(k.done >= 1); /* the test did what it says */
+    CHECK(st.workers_lost >= (uint64_t)k.done);
+    CHECK_OK(fiber_object_release(&k.ref));
+    fiber_pool_free(p);
+    free(blob);
+}
+
+TEST(wait_ready)
+{
+    fiber_pool *p = make_pool(4);
+    CHECK_ERR(fiber_pool_wait_ready(p, -1, 10), FIBER_EINVAL);
+    CHECK_OK(fiber_pool_wait_ready(p, 4, 30000));
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.workers_alive, 4);
+    /* More than the pool has: times out, saying how many are ready. */
+    CHECK_ERR(fiber_pool_wait_ready(p, 5, 200), FIBER_ETIMEDOUT);
+    CHECK(strstr(fiber_last_error(), "4 of 5") != NULL);
+    CHECK_OK(fiber_pool_terminate(p));
+    CHECK_ERR(fiber_pool_wait_ready(p, 1, 200), FIBER_ECLOSED);
+    fiber_pool_free(p);
+}
+
+TEST(children_cannot_put)
+{
+    /* In the master every argument problem is caught before anything is
+     * sent; a child's put is refused (see the task below). */
+    fiber_pool *p = make_pool(1);
+    fiber_buf out = {0};
+    CHECK_ERR(fiber_pool_apply(p, "child_put", "", 0, &out), FIBER_ETASK);
+    CHECK(strstr(fiber_last_error(), "only the master") != NULL);
+    fiber_buf_free(&out);
+    fiber_pool_free(p);
+}
+
+FIBER_TASK(child_put)
+{
+    (void)arg;
+    (void)len;
+    (void)out;
+    fiber_ref r;
+    if (fiber_object_put("x", 1, &r) == 0)
+        return 0;
+    return fiber_task_fail("%s", fiber_last_error());
+}
+
+TH_MAIN()
