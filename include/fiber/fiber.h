@@ -586,7 +586,11 @@ FIBER_API int fiber_pool_wait_ready(fiber_pool *p, int n, int timeout_ms);
  * later uses, by any task that process runs, read its cache.  The bytes
  * are checked against the hash before they are used.
  *
- * Where the bytes come from: the master serves a blob to the first
+ * Where the bytes come from.  On one host (the unix transport), the
+ * master keeps each blob in a file in /dev/shm (mode 0600) and children
+ * map that one copy read-only: nothing is sent at all (configuration key
+ * `object_shm`, default on; bytes from this file are not hashed again,
+ * since they never left the master's file).  Otherwise the master serves a blob to the first
  * workers that ask; every worker that holds a blob serves it to others,
  * and the master sends later askers to those holders, so a broadcast
  * spreads as a tree and the master sends only a few copies (at most 4 of
@@ -671,6 +675,10 @@ typedef struct fiber_object_stats {
                                 were asked again */
     uint64_t cache_hits;     /* child: resolves served from its cache */
     uint64_t evictions;      /* child: blobs dropped for room */
+    uint64_t shm_bytes;      /* master: bytes it wrote to shared memory for
+                                same-host children; child: bytes it mapped
+                                from there instead of receiving them */
+    uint64_t maps;           /* master: askers told to map its copy */
 } fiber_object_stats;
 
 /* This process's shared-object counters.  Returns 0 or FIBER_EINVAL. */

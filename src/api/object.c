@@ -17,8 +17,11 @@
  * before they enter the cache.  Once it has the blob the child starts
  * its own relay server (once) and tells the master (OBJ_HAVE).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +98,12 @@ static void blob_free(struct fb_blob *b)
     }
     stats.objects--;
     stats.bytes_held -= b->len;
-    free(b->data);
+    if (b->mapped)
+        munmap(b->data, b->len);
+    else
+        free(b->data);
+    if (b->shm_path[0])
+        unlink(b->shm_path); /* children's mappings stay valid */
     free(b);
 }
 
@@ -121,6 +129,8 @@ void fb_blobs_note_sent(uint64_t bytes, int whole, int redirect)
     stats.transfers += whole != 0;
     stats.redirects += redirect != 0;
 }
+
+void fb_blobs_note_map(void) { stats.maps++; }
 
 void fb_blobs_each(void (*fn)(struct fb_blob *b, void *arg), void *arg)
 {
@@ -208,6 +218,15 @@ void fb_objects_set_master(const char *addr)
     fb_strlcpy(master_addr, addr ? addr : "", sizeof master_addr);
 }
 
+static void unlink_shm(struct fb_blob *b, void *arg)
+{
+    (void)arg;
+    if (b->shm_path[0]) {
+        unlink(b->shm_path);
+        b->shm_path[0] = '\0';
+    }
+}
+
 void fb_objects_shutdown(void)
 {
     pthread_mutex_lock(&server_mu);
@@ -215,9 +234,44 @@ void fb_objects_shutdown(void)
     server = NULL;
     pthread_mutex_unlock(&server_mu);
     fb_oserve_stop(s);
+    /* The master's copies in /dev/shm go with it (the memory stays mapped
+     * until the process ends). */
+    fb_blobs_lock();
+    fb_blobs_each(unlink_shm, NULL);
+    fb_blobs_unlock();
 }
 
 /* ---- the public calls ------------------------------------------------------- */
+
+/* Master, lock held: a blob's copy in a file of /dev/shm that same-host
+ * children map (object_shm).  Returns 0 with *out and path filled, or -1
+ * (the caller keeps a private copy instead). */
+static int shm_copy(const uint8_t *ref, const void *data, size_t len,
+                    uint8_t **out, char *path, size_t size)
+{
+    if (!fb_rt_config()->object_shm || len == 0 ||
+        fb_rt_config()->transport == FB_TRANSPORT_TCP)
+        return -1;
+    char hex[33];
+    sodium_bin2hex(hex, sizeof hex, ref, 16);
+    snprintf(path, size, "/dev/shm/fiber-%s-%ld-%s", fb_rt()->run_id,
+             (long)getpid(), hex);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    void *map = MAP_FAILED;
+    if (ftruncate(fd, (off_t)len) == 0)
+        map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        unlink(path);
+        return -1;
+    }
+    memcpy(map, data, len);
+    stats.shm_bytes += len;
+    *out = map;
+    return 0;
+}
 
 FIBER_API int fiber_object_put(const void *data, size_t len, fiber_ref *ref)
 {
@@ -234,12 +288,23 @@ FIBER_API int fiber_object_put(const void *data, size_t len, fiber_ref *ref)
     fb_blobs_lock();
     struct fb_blob *b = fb_blob_find(r);
     if (!b) {
-        uint8_t *copy = malloc(len ? len : 1);
-        if (copy && len)
+        char path[128];
+        uint8_t *copy = NULL;
+        int mapped = shm_copy(r, data, len, &copy, path, sizeof path) == 0;
+        if (!mapped && (copy = malloc(len ? len : 1)) && len)
             memcpy(copy, data, len);
         b = copy ? blob_add(r, copy, len) : NULL;
+        if (b && mapped) {
+            b->mapped = 1;
+            fb_strlcpy(b->shm_path, path, sizeof b->shm_path);
+        }
         if (!b) {
-            free(copy);
+            if (mapped) {
+                munmap(copy, len);
+                unlink(path);
+            } else {
+                free(copy);
+            }
             fb_blobs_unlock();
             return fb_err(FIBER_ENOMEM, "out of memory for a %zu-byte shared "
                           "object", len);
@@ -429,7 +494,27 @@ static int master_conn(void)
 struct answer {
     int done;               /* the bytes are all in buf */
     char from[FB_WIRE_ADDR_MAX + 1]; /* OBJ_FROM: ask there */
+    uint8_t *map;           /* OBJ_FILE: the master's copy, mapped */
 };
+
+/* Maps the master's copy at path read-only.  Returns 0 with *out. */
+static int map_file(const char *path, size_t len, uint8_t **out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fb_err_errno(FIBER_ENOKEY, "cannot open the shared object's "
+                            "file %s", path);
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size == len)
+        map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return fb_err(FIBER_EPROTO, "the shared object's file %s is not "
+                      "%zu bytes long", path, len);
+    *out = map;
+    return 0;
+}
 
 /* Sends OBJ_GET for ref on c and reads the answer into buf (len bytes).
  * Returns 0 with *a, or a code (the connection is then unusable). */
@@ -460,6 +545,15 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t *buf,
             memcpy(a->from, s, n);
             a->from[n] = '\0';
             return 0;
+        }
+        if (h.type == FB_MSG_OBJ_FILE) {
+            const char *s;
+            uint32_t n;
+            char path[4096];
+            fb_wire_get_obj_file(p, h.len, &s, &n, NULL, 0);
+            memcpy(path, s, n);
+            path[n] = '\0';
+            return map_file(path, len, &a->map);
         }
         if (h.type == FB_MSG_OBJ_NONE) {
             struct fb_msg_text t;
@@ -554,9 +648,13 @@ static int start_relay(void)
 }
 
 /* Fetches ref into a new buffer (*out, len bytes), verified; *from is
- * the holder it came from ("" for the master).  fetch_mu held. */
-static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from)
+ * the holder it came from ("" for the master).  Or, on the master's host,
+ * maps the master's copy (*mapped = 1; not hashed again: those bytes
+ * never left the master's file).  fetch_mu held. */
+static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
+                 int *mapped)
 {
+    *mapped = 0;
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf)
         return fb_err(FIBER_ENOMEM, "out of memory for a %zu-byte shared "
@@ -574,6 +672,12 @@ static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from)
         if (rc) {
             fb_conn_close(&to_master);
             break;
+        }
+        if (a.map) {
+            free(buf);
+            *out = a.map;
+            *mapped = 1;
+            return 0;
         }
         if (a.done) {
             uint8_t check[FB_WIRE_REF_LEN];
@@ -610,12 +714,16 @@ static int fetch_into_cache(const uint8_t *ref)
     uint8_t *data = NULL;
     char from[FB_WIRE_ADDR_MAX + 1] = "";
     size_t len = (size_t)ref_len(ref);
+    int mapped = 0;
     if (!have)
-        rc = fetch(ref, len, &data, from);
+        rc = fetch(ref, len, &data, from, &mapped);
     if (!have && rc == 0) {
         fb_blobs_lock();
         struct fb_blob *b = blob_add(ref, data, len);
         if (b) {
+            b->mapped = mapped;
+            if (mapped)
+                stats.shm_bytes += len;
             lru_touch(b);
             stats.fetches++;
             b->pins++; /* evict() must not take it before the caller pins */
@@ -624,11 +732,16 @@ static int fetch_into_cache(const uint8_t *ref)
         }
         fb_blobs_unlock();
         if (!b) {
-            free(data);
+            if (mapped)
+                munmap(data, len);
+            else
+                free(data);
             rc = fb_err(FIBER_ENOMEM, "out of memory");
         }
     }
-    if (!have && rc == 0 && start_relay() == 0 &&
+    /* A mapped copy needs no relay: every process on this host maps the
+     * master's file. */
+    if (!have && rc == 0 && !mapped && start_relay() == 0 &&
         fb_wire_put_obj_have(&to_master.out, ref, fb_oserve_address(server),
                              from) == 0)
         fb_conn_flush(&to_master);

@@ -46,6 +46,9 @@ struct fb_blob {
     int owners;      /* master: puts not yet released */
     int pins;        /* transfers, tasks, pool calls using it */
     int outer_pins;  /* child: fiber_object_get outside a task */
+    int mapped;      /* data is a read-only (child) or shared (master)
+                        mapping of shm_path: munmap, not free */
+    char shm_path[128]; /* master: the file same-host children map */
     struct fb_blob *hnext;
     struct fb_blob *lru_prev, *lru_next; /* child: oldest use first */
     /* master: the directory */
@@ -65,6 +68,7 @@ void fb_blob_pin(struct fb_blob *b);
 void fb_blob_unpin(struct fb_blob *b);
 /* Lock held: counters the server keeps. */
 void fb_blobs_note_sent(uint64_t bytes, int whole, int redirect);
+void fb_blobs_note_map(void);
 /* Visits every blob (lock held); for dropping a gone conn's holders. */
 void fb_blobs_each(void (*fn)(struct fb_blob *b, void *arg), void *arg);
 

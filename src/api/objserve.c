@@ -339,6 +339,10 @@ static int on_get(struct fb_oserve *s, struct fb_sconn *c,
                                       : "this holder does not have it");
     } else if (!s->directory) {
         rc = queue_xfer(c, b, h->id, 0);
+    } else if (b->shm_path[0] && strncmp(s->address, "unix:", 5) == 0) {
+        /* Same host: map the master's own copy. */
+        rc = fb_wire_put_obj_file(&c->conn.out, h->id, b->shm_path);
+        fb_blobs_note_map();
     } else if (!place_asker(c, b, h->id)) {
         struct fb_waiter *w = calloc(1, sizeof *w);
         if (w) {

@@ -60,7 +60,8 @@
     X(k8s_config_dir, STR, "/var/run/secrets/kubernetes.io/serviceaccount",    \
       word, 0, 0)                                                              \
     X(k8s_volumes, STR, "", word, 0, 0)                                        \
-    X(object_cache_mb, INT, 4096, integer, 1, 1048576)
+    X(object_cache_mb, INT, 4096, integer, 1, 1048576)                         \
+    X(object_shm, INT, 1, boolean, 0, 0)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */

@@ -49,6 +49,7 @@ struct fb_config {
     char k8s_config_dir[512];   /* the in-cluster service-account folder */
     char k8s_volumes[512];      /* "claim:/path[:ro],..." PVC mounts */
     int object_cache_mb;        /* a child's cache of shared objects; 4096 */
+    int object_shm;             /* same-host children map the master's copy */
 };
 
 /* Fills c with the built-in defaults. */

@@ -90,6 +90,10 @@
  *            addr[n] (an address) | u16 m | from[m] (empty or an address)
  *   OBJ_BAD  client->master: the holder at addr failed to give ref.
  *            ref[40] | u16 n | addr[n] (an address)
+ *   OBJ_FILE master->client on the same host (unix transport): map the
+ *            master's own copy instead of receiving it.  header id = the
+ *            request's id.  path (the whole payload: 2..4095 bytes of
+ *            printable ASCII, starting with '/')
  *   OBJ_CALL master->pool worker, on the pool connection: the TASK chunks
  *            that follow belong to calls whose shared argument is ref
  *            (fiber_task_shared).  ref[40], or empty: none.
@@ -143,7 +147,8 @@
     X(OBJ_NONE, 33)                                                            \
     X(OBJ_HAVE, 34)                                                            \
     X(OBJ_BAD, 35)                                                             \
-    X(OBJ_CALL, 36)
+    X(OBJ_CALL, 36)                                                            \
+    X(OBJ_FILE, 37)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -353,6 +358,10 @@ int fb_wire_get_obj_from(const uint8_t *p, size_t len, const char **addr,
 /* OBJ_NONE: code must be negative; the payload is text. */
 int fb_wire_get_obj_none(int32_t code, const uint8_t *p, size_t len,
                          struct fb_msg_text *m, char *err, size_t errlen);
+/* OBJ_FILE: a path. */
+int fb_wire_get_obj_file(const uint8_t *p, size_t len, const char **path,
+                         uint32_t *path_len, char *err, size_t errlen);
+int fb_wire_put_obj_file(fiber_buf *out, uint64_t id, const char *path);
 /* OBJ_CALL: *ref is NULL when the payload is empty. */
 int fb_wire_get_obj_call(const uint8_t *p, size_t len, const uint8_t **ref,
                          char *err, size_t errlen);

@@ -26,6 +26,9 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return fb_err(FIBER_EPROTO, "%s", why);
 }
 
+static int frame(fiber_buf *out, unsigned type, int32_t code, uint64_t id,
+                 const void *a, size_t an, const void *b, size_t bn);
+
 static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 static uint64_t le64(const uint8_t *p)
@@ -77,6 +80,40 @@ int fb_wire_get_obj_get(const uint8_t *p, size_t len, const uint8_t **ref,
                     len, FB_WIRE_REF_LEN);
     *ref = p;
     return 0;
+}
+
+static int path_problem(const char *s, size_t n, char *why, size_t size)
+{
+    if (n < 2 || n > 4095 || s[0] != '/') {
+        snprintf(why, size, "not an absolute path of 2..4095 bytes");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((uint8_t)s[i] < 0x21 || (uint8_t)s[i] > 0x7e) {
+            snprintf(why, size, "byte %zu (0x%02x) is not printable ASCII", i,
+                     (uint8_t)s[i]);
+            return -1;
+        }
+    return 0;
+}
+
+int fb_wire_get_obj_file(const uint8_t *p, size_t len, const char **path,
+                         uint32_t *path_len, char *err, size_t errlen)
+{
+    char why[128];
+    if (path_problem((const char *)p, len, why, sizeof why))
+        return fail(err, errlen, "OBJ_FILE path: %s", why);
+    *path = (const char *)p;
+    *path_len = (uint32_t)len;
+    return 0;
+}
+
+int fb_wire_put_obj_file(fiber_buf *out, uint64_t id, const char *path)
+{
+    char why[128];
+    if (path_problem(path, strlen(path), why, sizeof why))
+        return fb_err(FIBER_EINVAL, "OBJ_FILE path: %s", why);
+    return frame(out, FB_MSG_OBJ_FILE, 0, id, path, strlen(path), NULL, 0);
 }
 
 int fb_wire_get_obj_call(const uint8_t *p, size_t len, const uint8_t **ref,
@@ -208,6 +245,8 @@ int fb_wire_check_obj(const struct fb_wire_hdr *h, const uint8_t *p,
         return fb_wire_get_obj_bad(p, h->len, &hv, err, errlen);
     case FB_MSG_OBJ_CALL:
         return fb_wire_get_obj_call(p, h->len, &ref, err, errlen);
+    case FB_MSG_OBJ_FILE:
+        return fb_wire_get_obj_file(p, h->len, &a, &an, err, errlen);
     }
     return 1;
 }

@@ -4,6 +4,7 @@
  * relay tree's bound on the master's bytes, relays killed mid-transfer,
  * and fiber_pool_wait_ready.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include "api/object_int.h"
 #include "api/pool_int.h"
 #include "core/common.h"
+#include "core/runtime.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)
@@ -140,6 +142,7 @@ TEST(put_get_release_in_the_master)
 TEST(workers_resolve_a_ref_once_and_relay_it)
 {
     enum { W = 8, N = 64, SIZE = 1 << 20 };
+    CHECK_OK(fiber_config_set("object_shm", "0")); /* send, do not map */
     fiber_pool *p = make_pool(W);
     CHECK_OK(fiber_pool_wait_ready(p, W, 30000));
     unsigned char *blob = pattern(SIZE, 2);
@@ -176,6 +179,60 @@ TEST(workers_resolve_a_ref_once_and_relay_it)
     for (int i = 0; i < W * 4; i++)
         CHECK(ws[i].fetches <= 1);
     CHECK_OK(fiber_object_release(&ref));
+    fiber_pool_free(p);
+    free(blob);
+}
+
+/* How many files of this run's master are in /dev/shm. */
+static int shm_files(void)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "fiber-%s-%ld-", fb_rt()->run_id,
+             (long)getpid());
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* On one host the workers map the master's copy: the master sends no
+ * blob bytes at all, and the file goes when the blob is released. */
+TEST(same_host_workers_map_the_masters_copy)
+{
+    enum { W = 6, N = 24, SIZE = 3 << 20 };
+    fiber_pool *p = make_pool(W);
+    unsigned char *blob = pattern(SIZE, 6);
+    struct digest want;
+    digest_of(blob, SIZE, &want);
+    fiber_object_stats before, after;
+    CHECK_OK(fiber_object_stats_get(&before));
+    fiber_ref ref;
+    CHECK_OK(fiber_object_put(blob, SIZE, &ref));
+    CHECK_EQ(shm_files(), 1);
+    fiber_ref in[N];
+    struct digest got[N];
+    for (int i = 0; i < N; i++)
+        in[i] = ref;
+    CHECK_OK(fiber_pool_map(p, "obj_digest", in, sizeof in[0], N, got,
+                            sizeof got[0], 1));
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(got[i].hash, want.hash, 32) == 0);
+    CHECK_OK(fiber_object_stats_get(&after));
+    CHECK_EQ(after.bytes_served - before.bytes_served, 0);
+    CHECK_EQ(after.shm_bytes - before.shm_bytes, SIZE);
+    CHECK(after.maps - before.maps >= 1);
+    CHECK(after.maps - before.maps <= W + 3); /* once per worker (+ spares) */
+    CHECK_OK(fiber_object_release(&ref));
+    CHECK_EQ(shm_files(), 0);
+    /* The workers keep their mappings: the bytes still resolve there. */
+    CHECK_OK(fiber_pool_map(p, "obj_digest", in, sizeof in[0], W, got,
+                            sizeof got[0], 1));
+    for (int i = 0; i < W; i++)
+        CHECK(memcmp(got[i].hash, want.hash, 32) == 0);
     fiber_pool_free(p);
     free(blob);
 }
@@ -282,6 +339,7 @@ static void *kill_relays(void *arg)
 TEST(relays_killed_mid_transfer_cost_a_refetch_not_a_wrong_byte)
 {
     enum { W = 10, SIZE = 24 << 20 };
+    CHECK_OK(fiber_config_set("object_shm", "0")); /* send, do not map */
     fiber_pool *p = make_pool(W);
     CHECK_OK(fiber_pool_wait_ready(p, W, 60000));
     unsigned char *blob = pattern(SIZE, 5);
