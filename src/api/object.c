@@ -259,15 +259,23 @@ static int shm_copy(const uint8_t *ref, const void *data, size_t len,
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
+    /* write() fills the file without a page fault per page; the mapping
+     * then shares those pages. */
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, (const uint8_t *)data + done, len - done);
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
     void *map = MAP_FAILED;
-    if (ftruncate(fd, (off_t)len) == 0)
-        map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (done == len)
+        map = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
         unlink(path);
         return -1;
     }
-    memcpy(map, data, len);
     stats.shm_bytes += len;
     *out = map;
     return 0;
@@ -507,7 +515,7 @@ static int map_file(const char *path, size_t len, uint8_t **out)
     struct stat st;
     void *map = MAP_FAILED;
     if (fstat(fd, &st) == 0 && (size_t)st.st_size == len)
-        map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+        map = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
         return fb_err(FIBER_EPROTO, "the shared object's file %s is not "
