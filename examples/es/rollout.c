@@ -51,6 +51,11 @@ size_t es_result_size(int obs_dim)
 
 size_t es_task_head_size(void) { return round8(sizeof(struct es_task)); }
 
+size_t es_ref_record_size(void)
+{
+    return round8(sizeof(struct es_task) + sizeof(fiber_ref));
+}
+
 size_t es_shared_size(size_t nparams, int obs_dim)
 {
     return (nparams + 2 * (size_t)obs_dim) * sizeof(float);
@@ -338,8 +343,33 @@ FIBER_TASK(es_init)
     return 0;
 }
 
-/* Both record forms: the result's size comes from the header. */
-static int eval_task(const void *arg, size_t len, fiber_buf *out, int shared)
+/* A header and a ref: the arrays are the ref's object. */
+static int evaluate_ref(const void *rec, size_t len, void *res,
+                        size_t res_len, char *err, size_t errlen)
+{
+    struct es_task t;
+    fiber_ref ref;
+    if (len != es_ref_record_size()) {
+        snprintf(err, errlen, "a ref-form record is %zu bytes, not %zu",
+                 es_ref_record_size(), len);
+        return -1;
+    }
+    memcpy(&t, rec, sizeof t);
+    memcpy(&ref, (const unsigned char *)rec + sizeof t, sizeof ref);
+    const void *arrays;
+    size_t n;
+    if (fiber_object_get(&ref, &arrays, &n) != 0) {
+        snprintf(err, errlen, "%s", fiber_last_error());
+        return -1;
+    }
+    return evaluate(&t, arrays, n, 1, res, res_len, err, errlen);
+}
+
+typedef int (*eval_fn)(const void *rec, size_t len, void *res,
+                       size_t res_len, char *err, size_t errlen);
+
+/* Every record form: the result's size comes from the header. */
+static int eval_task(const void *arg, size_t len, fiber_buf *out, eval_fn fn)
 {
     char err[256];
     const struct env_def *e = NULL;
@@ -352,14 +382,17 @@ static int eval_task(const void *arg, size_t len, fiber_buf *out, int shared)
     int rc = fiber_buf_reserve(out, res_len);
     if (rc)
         return rc;
-    if ((shared ? evaluate_shared : es_evaluate)(arg, len,
-                                                 out->data + out->len,
-                                                 res_len, err, sizeof err))
+    if (fn(arg, len, out->data + out->len, res_len, err, sizeof err))
         return fiber_task_fail("%s", err);
     out->len += res_len;
     return 0;
 }
 
-FIBER_TASK(es_eval) { return eval_task(arg, len, out, 0); }
+FIBER_TASK(es_eval) { return eval_task(arg, len, out, es_evaluate); }
 
-FIBER_TASK(es_eval_shared) { return eval_task(arg, len, out, 1); }
+FIBER_TASK(es_eval_shared)
+{
+    return eval_task(arg, len, out, evaluate_shared);
+}
+
+FIBER_TASK(es_eval_ref) { return eval_task(arg, len, out, evaluate_ref); }

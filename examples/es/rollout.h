@@ -72,6 +72,11 @@ size_t es_shared_size(size_t nparams, int obs_dim);
 void es_shared_pack(void *blob, size_t nparams, int obs_dim,
                     const float *theta, const float *mean, const float *std);
 
+/* The ref form: a header, then the fiber_ref of a shared object holding
+ * the arrays (es_shared_size bytes); es_eval_ref resolves it.  For maps
+ * whose records carry different policies (examples/population). */
+size_t es_ref_record_size(void);
+
 /* Writes a record's header and arrays into rec (es_task_size bytes). */
 void es_task_pack(void *rec, const struct es_task *t, const float *theta,
                   const float *mean, const float *std);
