@@ -110,4 +110,14 @@ void fb_oserve_stop(struct fb_oserve *s);
 int fb_oserve_frame(struct fb_oserve *s, struct fb_sconn *c,
                     const struct fb_wire_hdr *h, const uint8_t *p);
 
+/* For the fuzz target: a directory or relay server with no socket and no
+ * thread; a conn over fd (already authenticated); one turn of the loop
+ * for c (pump, then the conns others kicked; -1 when c was dropped); a
+ * drop; and the directory's invariants (0, or -1 with why). */
+struct fb_oserve *fb_oserve_detached(int directory);
+struct fb_sconn *fb_oserve_adopt(struct fb_oserve *s, int fd);
+int fb_oserve_step(struct fb_oserve *s, struct fb_sconn *c);
+void fb_oserve_drop(struct fb_oserve *s, struct fb_sconn *c);
+int fb_oserve_check(struct fb_oserve *s, char *why, size_t size);
+
 #endif /* FB_OBJECT_INT_H */

@@ -627,3 +627,101 @@ void fb_oserve_stop(struct fb_oserve *s)
         unlink(s->address + 5);
     free(s);
 }
+
+/* ---- for the fuzz target (tests/fuzz/fuzz_blobs.c) ------------------------ */
+
+struct fb_oserve *fb_oserve_detached(int directory)
+{
+    struct fb_oserve *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->directory = directory;
+    s->listen_fd = s->stop_fd = -1;
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    snprintf(s->address, sizeof s->address, "unix:/nonexistent/fuzz.sock");
+    return s;
+}
+
+struct fb_sconn *fb_oserve_adopt(struct fb_oserve *s, int fd)
+{
+    struct fb_sconn *before = s->conns;
+    conn_add(s, fd);
+    if (s->conns == before)
+        return NULL;
+    s->conns->authed = 1;
+    s->conns->conn.max_payload = 1u << 16;
+    return s->conns;
+}
+
+int fb_oserve_step(struct fb_oserve *s, struct fb_sconn *c)
+{
+    if (!c->doomed)
+        pump(s, c);
+    while (s->kick) {
+        struct fb_sconn *k = s->kick;
+        s->kick = k->kick_next;
+        k->kicked = 0;
+        pump(s, k);
+        if (k->doomed && k != c)
+            conn_drop(s, k);
+    }
+    if (c->doomed) {
+        conn_drop(s, c);
+        return -1;
+    }
+    return 0;
+}
+
+void fb_oserve_drop(struct fb_oserve *s, struct fb_sconn *c)
+{
+    conn_drop(s, c);
+}
+
+/* Lock held by the caller.  The directory's books: every blob's
+ * master_active equals the conns holding one of its master slots, no
+ * load is negative.  Returns 0, or -1 with why. */
+static int check_blob(struct fb_oserve *s, struct fb_blob *b, char *why,
+                      size_t size)
+{
+    int slots = 0;
+    for (struct fb_sconn *c = s->conns; c; c = c->next)
+        slots += c->copy_blob == b;
+    if (slots != b->master_active) {
+        snprintf(why, size, "master_active %d, %d conns hold a slot",
+                 b->master_active, slots);
+        return -1;
+    }
+    for (struct fb_holder *h = b->holders; h; h = h->next)
+        if (h->load < 0) {
+            snprintf(why, size, "holder load %d", h->load);
+            return -1;
+        }
+    if (b->pins < 0) {
+        snprintf(why, size, "pins %d", b->pins);
+        return -1;
+    }
+    return 0;
+}
+
+struct check_ctx {
+    struct fb_oserve *s;
+    char *why;
+    size_t size;
+    int bad;
+};
+
+static void check_one(struct fb_blob *b, void *arg)
+{
+    struct check_ctx *k = arg;
+    if (!k->bad && check_blob(k->s, b, k->why, k->size) != 0)
+        k->bad = 1;
+}
+
+int fb_oserve_check(struct fb_oserve *s, char *why, size_t size)
+{
+    struct check_ctx k = {s, why, size, 0};
+    fb_blobs_lock();
+    fb_blobs_each(check_one, &k);
+    fb_blobs_unlock();
+    return k.bad ? -1 : 0;
+}
