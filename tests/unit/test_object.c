@@ -4,6 +4,7 @@
  * relay tree's bound on the master's bytes, relays killed mid-transfer,
  * and fiber_pool_wait_ready.
  */
+#define _GNU_SOURCE 1 /* memmem */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
@@ -20,6 +21,7 @@
 #include "api/pool_int.h"
 #include "core/common.h"
 #include "core/runtime.h"
+#include "net/net.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)
@@ -393,6 +395,69 @@ TEST(wait_ready)
     CHECK_OK(fiber_pool_terminate(p));
     CHECK_ERR(fiber_pool_wait_ready(p, 1, 200), FIBER_ECLOSED);
     fiber_pool_free(p);
+}
+
+/* Malformed blob messages are refused with a message naming the field. */
+TEST(malformed_blob_messages_are_refused_by_name)
+{
+    char err[256];
+    const uint8_t *ref;
+    struct fb_msg_obj_have hv;
+    struct fb_msg_text t;
+    const char *s;
+    uint32_t n;
+    uint8_t buf[64] = {0};
+    CHECK_EQ(fb_wire_get_obj_get(buf, 39, &ref, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_GET payload: 39 bytes") != NULL);
+    CHECK_EQ(fb_wire_get_obj_have(buf, 41, &hv, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_HAVE address: truncated") != NULL);
+    CHECK_EQ(fb_wire_get_obj_from((const uint8_t *)"http://x", 8, &s, &n,
+                                  err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "neither unix: nor tcp:") != NULL);
+    CHECK_EQ(fb_wire_get_obj_none(0, buf, 0, &t, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_NONE code: 0") != NULL);
+    CHECK_EQ(fb_wire_get_obj_file((const uint8_t *)"rel/path", 8, &s, &n,
+                                  err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_FILE path") != NULL);
+    CHECK_EQ(fb_wire_get_obj_call(buf, 3, &ref, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_CALL payload: 3 bytes") != NULL);
+}
+
+/* A peer without the run's token gets REJECT from the blob server, and
+ * nothing else. */
+TEST(blob_server_refuses_a_peer_with_the_wrong_token)
+{
+    fiber_ref r;
+    CHECK_OK(fiber_object_put("secret", 6, &r));
+    const char *addr = fb_objects_master_address();
+    CHECK(addr[0] != '\0');
+    int fd;
+    CHECK_OK(fb_sock_dial(addr, fb_deadline_ms(5000), &fd));
+    struct fb_conn c;
+    fb_conn_init(&c, fd, 1u << 20);
+    const char *bid = fb_rt_build_id();
+    struct fb_msg_hello h = {.build_id = bid,
+                             .build_id_len = (uint8_t)strlen(bid),
+                             .name = "intruder", .name_len = 8};
+    memset(h.token, 0x41, sizeof h.token);
+    CHECK_OK(fb_wire_put_hello(&c.out, &h));
+    CHECK_OK(fb_wire_put_obj_get(&c.out, 1, r.bytes));
+    CHECK_OK(fb_conn_flush_wait(&c, fb_deadline_ms(5000)));
+    struct fb_wire_hdr hd;
+    const uint8_t *p;
+    CHECK_EQ(fb_conn_recv_wait(&c, &hd, &p, fb_deadline_ms(5000)), 1);
+    CHECK_EQ(hd.type, FB_MSG_REJECT);
+    CHECK(memmem(p, hd.len, "wrong token", 11) != NULL);
+    /* Then the connection ends: no blob byte follows. */
+    CHECK(fb_conn_recv_wait(&c, &hd, &p, fb_deadline_ms(5000)) < 0);
+    fb_conn_close(&c);
+    CHECK_OK(fiber_object_release(&r));
 }
 
 TEST(children_cannot_put)
