@@ -347,7 +347,8 @@ static void round_trip_obj(const struct fb_wire_hdr *h, const uint8_t *p,
             fb_wire_get_obj_bad(p, h->len, &hv, NULL, 0);
         memcpy(a, hv.addr, hv.addr_len);
         a[hv.addr_len] = '\0';
-        memcpy(f, hv.from, hv.from_len);
+        if (hv.from_len) /* OBJ_BAD has none: from is NULL */
+            memcpy(f, hv.from, hv.from_len);
         f[hv.from_len] = '\0';
         rc = h->type == FB_MSG_OBJ_HAVE ? fb_wire_put_obj_have(b, hv.ref, a, f)
                                         : fb_wire_put_obj_bad(b, hv.ref, a);
