@@ -23,8 +23,13 @@
  *   socket and read by another (fork + socketpair), the median of 5: the
  *   floor of moving the bytes once on this machine.
  *
+ * --no-shm sets object_shm off: workers then receive the bytes, from the
+ * master and from each other (the relay tree), as workers on other hosts
+ * would.
+ *
  * A case whose N copies would not fit in half of MemAvailable is skipped
- * and reported null (512 x 64 MiB = 32 GiB on a 24 GiB machine); the
+ * and reported null (512 x 64 MiB = 32 GiB on a 24 GiB machine), except
+ * the shared case when workers map one copy; the
  * direct baseline also needs max_message_bytes above twice the size, so
  * the benchmark sets it to 256 MiB.
  *
@@ -103,7 +108,7 @@ static const struct sizes SIZES[] = {{"1mib", 1u << 20}, {"64mib", 64u << 20}};
 struct options {
     long workers[MAX_N];
     int n_workers;
-    int no_peer, no_direct;
+    int no_peer, no_direct, no_shm;
 };
 
 struct cell {
@@ -295,8 +300,9 @@ static int run_workers(const struct options *o, int wi, struct result *r,
         return -1;
     }
     int rc = 0;
-    char shm[8] = "1";
+    char shm[16] = "true";
     fiber_config_get("object_shm", shm, sizeof shm);
+    int mapping = strcmp(shm, "false") != 0 && strcmp(shm, "0") != 0;
     for (int si = 0; si < N_SIZES && rc == 0; si++) {
         size_t size = SIZES[si].bytes;
         /* N copies: every worker's own, unless they map one. */
@@ -304,8 +310,8 @@ static int run_workers(const struct options *o, int wi, struct result *r,
         if (too_big)
             printf("%-6s w%-4ld %s: %ld copies of %zu bytes exceed half of "
                    "MemAvailable\n", SIZES[si].name, n,
-                   shm[0] == '1' ? "direct skipped" : "skipped", n, size);
-        if (too_big && shm[0] != '1')
+                   mapping ? "direct skipped" : "skipped", n, size);
+        if (too_big && !mapping)
             continue;
         unsigned char *blob = pattern(size, ++*seed);
         struct cell *c = &r->fiber[wi][si], *d = &r->direct[wi][si];
@@ -383,7 +389,10 @@ static int parse_workers(const char *prog, const char *text, void *ctx)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: " PROG " [--workers N,N,...] [--no-direct] "
-               "[--no-peer]\n"
+               "[--no-shm] [--no-peer]\n"
+               "  --no-shm  same-host workers receive the blob (from the "
+               "master and relays)\n            instead of mapping the "
+               "master's copy\n"
                "A 1 MiB and a 64 MiB object to every worker of pools of N "
                "(default 8,64,512):\n"
                "shared objects against the master sending each worker a "
@@ -401,11 +410,16 @@ int main(int argc, char **argv)
         {"--workers", .parse = parse_workers, .ctx = &o},
         {"--no-peer", .on = &o.no_peer},
         {"--no-direct", .on = &o.no_direct},
+        {"--no-shm", .on = &o.no_shm},
         {NULL},
     };
     int rc = bench_parse_args(PROG, argc, argv, flags);
     if (rc != 0)
         return bench_usage_exit(rc, usage);
+    /* Send blobs to every worker (relays) instead of mapping the
+     * master's copy. */
+    if (o.no_shm && fiber_config_set("object_shm", "false") != 0)
+        return 1;
     static struct result r;
     for (int wi = 0; wi < MAX_N; wi++)
         for (int si = 0; si < N_SIZES; si++)
