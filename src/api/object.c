@@ -723,8 +723,14 @@ static int fetch_into_cache(const uint8_t *ref)
     char from[FB_WIRE_ADDR_MAX + 1] = "";
     size_t len = (size_t)ref_len(ref);
     int mapped = 0;
+    uint64_t t0 = fb_now_ns();
     if (!have)
         rc = fetch(ref, len, &data, from, &mapped);
+    if (!have && rc == 0)
+        fb_log_debug("shared object of %zu bytes %s %s in %.1f ms", len,
+                     mapped ? "mapped" : "fetched from",
+                     mapped ? "" : from[0] ? from : "the master",
+                     (double)(fb_now_ns() - t0) / 1e6);
     if (!have && rc == 0) {
         fb_blobs_lock();
         struct fb_blob *b = blob_add(ref, data, len);

@@ -16,10 +16,12 @@
  *   2. else a master slot (fewer than FB_BLOB_MASTER_SLOTS copies being
  *      sent, and fewer than FB_BLOB_MASTER_COPIES sent, or no holder at
  *      all): the master sends it;
- *   3. else the least loaded holder, if any;
- *   4. else wait (a copy is on its way: its receiver becomes a holder).
- * So a broadcast grows as a tree whose nodes each feed two more, and the
- * master's bytes stay near a few copies of the blob however many ask.
+ *   3. else wait, until a holder finishes serving someone, a copy lands
+ *      (its receiver becomes a holder), or a holder goes.
+ * So a broadcast grows as a tree whose nodes each feed two more at a
+ * time (each asker gets a whole link's speed, and becomes a holder
+ * soon), and the master's bytes stay near a few copies of the blob
+ * however many ask.
  * A child's server (a relay) serves only blobs it holds in full.
  *
  * Sending never copies a whole blob into a buffer: pieces of PIECE bytes
@@ -155,15 +157,22 @@ static void settle(struct fb_oserve *s, struct fb_sconn *c)
         serve_waiters(s, copy);
         fb_blob_unpin(copy);
     }
-    if (!c->redir_blob)
+    struct fb_blob *b = c->redir_blob;
+    if (!b)
         return;
-    for (struct fb_holder *h = c->redir_blob->holders; h; h = h->next)
+    c->redir_blob = NULL;
+    for (struct fb_holder *h = b->holders; h; h = h->next)
         if (strcmp(h->addr, c->redir_addr) == 0 && h->load > 0) {
             h->load--;
             break;
         }
-    fb_blob_unpin(c->redir_blob);
-    c->redir_blob = NULL;
+    serve_waiters(s, b); /* that holder may take the next */
+    fb_blob_unpin(b);
+}
+
+static void serve_waiters_of(struct fb_blob *b, void *arg)
+{
+    serve_waiters(arg, b);
 }
 
 static void drop_holders_of(struct fb_blob *b, void *arg)
@@ -197,6 +206,8 @@ static void conn_drop(struct fb_oserve *s, struct fb_sconn *c)
     if (s->directory)
         fb_blobs_each(drop_holders_of, c);
     settle(s, c); /* a master slot it held goes to someone waiting */
+    if (s->directory) /* its holdings are gone: the master may serve */
+        fb_blobs_each(serve_waiters_of, s);
     while (c->xq) {
         struct xfer *x = c->xq;
         c->xq = x->next;
@@ -299,27 +310,27 @@ static int place_asker(struct fb_sconn *c, struct fb_blob *b, uint64_t id)
             c->doomed = 1;
         return 1;
     }
-    if (h) {
-        redirect(c, b, h, id);
-        return 1;
-    }
     return 0;
 }
 
 /* Lock held.  Places the askers waiting on b while it has room. */
 static void serve_waiters(struct fb_oserve *s, struct fb_blob *b)
 {
+    if (!b->waiters)
+        return;
+    fb_blob_pin(b); /* the last waiter's unpin must not free it here */
     while (b->waiters) {
         struct fb_waiter *w = b->waiters;
         if (w->conn->doomed || !place_asker(w->conn, b, w->id)) {
             if (!w->conn->doomed)
-                return;
+                break;
         }
         b->waiters = w->next;
         kick(s, w->conn);
         free(w);
         fb_blob_unpin(b);
     }
+    fb_blob_unpin(b);
 }
 
 static int on_get(struct fb_oserve *s, struct fb_sconn *c,
