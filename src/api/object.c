@@ -503,6 +503,7 @@ struct answer {
     int done;               /* the bytes are all in buf */
     char from[FB_WIRE_ADDR_MAX + 1]; /* OBJ_FROM: ask there */
     uint8_t *map;           /* OBJ_FILE: the master's copy, mapped */
+    int none;               /* OBJ_NONE: the server has no such blob */
 };
 
 /* Maps the master's copy at path read-only.  Returns 0 with *out. */
@@ -524,9 +525,11 @@ static int map_file(const char *path, size_t len, uint8_t **out)
     return 0;
 }
 
-/* Sends OBJ_GET for ref on c and reads the answer into buf (len bytes).
+/* Sends OBJ_GET for ref on c and reads the answer into *buf (len bytes,
+ * allocated when the first piece comes, so that a forged ref's length
+ * is never allocated before a server vouched for the blob).
  * Returns 0 with *a, or a code (the connection is then unusable). */
-static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t *buf,
+static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t **buf,
                size_t len, uint64_t deadline, struct answer *a)
 {
     uint64_t id = ++next_req;
@@ -566,6 +569,7 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t *buf,
         if (h.type == FB_MSG_OBJ_NONE) {
             struct fb_msg_text t;
             fb_wire_get_obj_none(h.code, p, h.len, &t, NULL, 0);
+            a->none = 1;
             return fb_err(h.code, "%.*s", (int)t.len, t.text);
         }
         struct fb_msg_obj_data d;
@@ -577,8 +581,11 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t *buf,
             return fb_err(FIBER_EPROTO, "blob piece at %llu (+%u) does not "
                           "follow %zu of %zu bytes",
                           (unsigned long long)d.offset, d.len, got, len);
+        if (!*buf && !(*buf = malloc(len ? len : 1)))
+            return fb_err(FIBER_ENOMEM, "out of memory for a %zu-byte "
+                          "shared object", len);
         if (d.len)
-            memcpy(buf + got, d.bytes, d.len);
+            memcpy(*buf + got, d.bytes, d.len);
         got += d.len;
         if (got == len) {
             a->done = 1;
@@ -595,7 +602,7 @@ static void tell_master_bad(const uint8_t *ref, const char *addr)
 }
 
 /* Asks the holder at addr.  Returns 0 when buf holds bytes that match. */
-static int from_holder(const char *addr, const uint8_t *ref, uint8_t *buf,
+static int from_holder(const char *addr, const uint8_t *ref, uint8_t **buf,
                        size_t len)
 {
     struct fb_conn c = {.fd = -1};
@@ -609,7 +616,7 @@ static int from_holder(const char *addr, const uint8_t *ref, uint8_t *buf,
     fb_conn_close(&c);
     uint8_t check[FB_WIRE_REF_LEN];
     if (rc == 0) {
-        make_ref(buf, len, check);
+        make_ref(*buf, len, check);
         if (memcmp(check, ref, FB_WIRE_REF_LEN) != 0)
             rc = fb_err(FIBER_EPROTO, "holder %s sent bytes that do not "
                         "match the ref", addr);
@@ -663,10 +670,7 @@ static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
                  int *mapped)
 {
     *mapped = 0;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        return fb_err(FIBER_ENOMEM, "out of memory for a %zu-byte shared "
-                      "object", len);
+    uint8_t *buf = NULL;
     int rc = master_conn();
     for (int tries = 0; rc == 0; tries++) {
         if (tries == MAX_TRIES) {
@@ -676,9 +680,10 @@ static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
         }
         struct answer a;
         uint64_t deadline = fb_deadline_ms(-1);
-        rc = ask(&to_master, ref, buf, len, deadline, &a);
+        rc = ask(&to_master, ref, &buf, len, deadline, &a);
         if (rc) {
-            fb_conn_close(&to_master);
+            if (!a.none) /* an answer that is not "none" broke the conn */
+                fb_conn_close(&to_master);
             break;
         }
         if (a.map) {
@@ -696,7 +701,7 @@ static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
             from[0] = '\0';
             break;
         }
-        if (from_holder(a.from, ref, buf, len) == 0) {
+        if (from_holder(a.from, ref, &buf, len) == 0) {
             fb_strlcpy(from, a.from, FB_WIRE_ADDR_MAX + 1);
             break;
         }

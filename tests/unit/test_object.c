@@ -288,10 +288,12 @@ TEST(a_released_ref_fails_to_resolve_in_a_task)
     CHECK_ERR(fiber_pool_apply(p, "obj_digest", &r, sizeof r, &out),
               FIBER_ETASK);
     CHECK(strstr(fiber_last_error(), "released") != NULL);
-    /* A forged ref (right length, no such blob) is the same. */
+    /* A forged ref (right length, no such blob, an absurd size) is the
+     * same: nothing of that size is allocated before a server has it. */
     memset(&r, 7, sizeof r);
     CHECK_ERR(fiber_pool_apply(p, "obj_digest", &r, sizeof r, &out),
               FIBER_ETASK);
+    CHECK(strstr(fiber_last_error(), "no shared object has this ref") != NULL);
     fiber_buf_free(&out);
     fiber_pool_free(p);
 }
