@@ -19,6 +19,12 @@
  *     The peer (peer/es_peer.py) runs the same loop on Python's
  *     multiprocessing.Pool with a trivial function, in the same run.
  *
+ * (c) The Fiber paper's scale (bench_es_paper.c): 2,048 evaluations of a
+ *     100,000-parameter policy per iteration at 1 .. 512 workers, the
+ *     policy in every record against put once as the map's shared
+ *     argument: master ms, CPU seconds and bytes sent per iteration; the
+ *     peer (peer/es_paper_peer.py) pickles the policy into every task.
+ *
  * Output: progress and tables on stdout, then as the LAST line one JSON
  * object; diagnostics go to stderr.
  */
@@ -32,6 +38,7 @@
 #include <fiber/fiber.h>
 
 #include "bench_common.h"
+#include "bench_es_paper.h"
 #include "env.h"
 #include "noise.h"
 #include "rollout.h"
@@ -50,6 +57,8 @@ struct options {
     int no_peer;
     long rounds;      /* (a) rounds; (b) measured iterations per count */
     long pairs;       /* (a) pairs per round */
+    long paper_max_workers, paper_iters; /* (c) */
+    int no_paper;
 };
 
 struct results {
@@ -58,6 +67,8 @@ struct results {
     double efficiency_fork; /* the same work on bare fork()ed processes */
     double vs_fork;         /* pool throughput / bare processes' */
     int ncounts;
+    struct paper_row paper[PAPER_MAX_ROWS];
+    int npaper, have_paper_peer;
     int counts[MAX_COUNTS];
     double overhead_ms[MAX_COUNTS], map_ms[MAX_COUNTS], master_ms[MAX_COUNTS];
     double overhead_min_ms[MAX_COUNTS];
@@ -370,6 +381,46 @@ static int run_peer(const struct options *o, struct results *R)
     return 0;
 }
 
+static int run_paper_peer(const struct options *o, struct results *R)
+{
+    char args[160] = "--workers ", last[8192];
+    for (int i = 0; i < R->npaper; i++)
+        snprintf(args + strlen(args), sizeof args - strlen(args), "%s%d",
+                 i ? "," : "", R->paper[i].workers);
+    snprintf(args + strlen(args), sizeof args - strlen(args), " --iters %ld",
+             o->paper_iters);
+    printf("\npeer (c): Python multiprocessing.Pool, the policy pickled into "
+           "every task\n");
+    if (bench_run_peer(PROG, "es_paper_peer.py", args, last, sizeof last))
+        return -1;
+    for (int i = 0; i < R->npaper; i++) {
+        struct paper_row *p = &R->paper[i];
+        if (bench_json_number(last, bench_key("paper_ms_per_iter_w%d",
+                                              p->workers), &p->peer_ms) ||
+            bench_json_number(last,
+                              bench_key("paper_master_bytes_per_iter_w%d",
+                                        p->workers), &p->peer_bytes))
+            return -1;
+    }
+    return 0;
+}
+
+static void paper_json(const struct results *R)
+{
+    static const char *const form[2] = {"", "shared_"};
+    for (int i = 0; i < R->npaper; i++) {
+        const struct paper_row *p = &R->paper[i];
+        for (int k = 0; k < 2; k++) {
+            bench_json_num(bench_key("paper_%sms_per_iter_w%d", form[k],
+                                     p->workers), 2, p->ms[k]);
+            bench_json_num(bench_key("paper_%smaster_cpu_s_per_iter_w%d",
+                                     form[k], p->workers), 4, p->cpu_s[k]);
+            bench_json_num(bench_key("paper_%smaster_bytes_per_iter_w%d",
+                                     form[k], p->workers), 0, p->bytes[k]);
+        }
+    }
+}
+
 /* ---- output ------------------------------------------------------------ */
 
 static void print_table(const struct results *R)
@@ -414,12 +465,21 @@ static void print_json(const struct results *R)
         bench_json_num(bench_key("overhead_min_ms_per_iter_w%d",
                                  R->counts[i]),
                        4, R->overhead_min_ms[i]);
-    if (bench_json_open_peer(R->have_peer ? R : NULL)) {
-        for (int i = 0; i < R->ncounts; i++)
+    paper_json(R);
+    if (bench_json_open_peer(R->have_peer || R->have_paper_peer ? R : NULL)) {
+        for (int i = 0; R->have_paper_peer && i < R->npaper; i++) {
+            bench_json_num(bench_key("paper_ms_per_iter_w%d",
+                                     R->paper[i].workers),
+                           2, R->paper[i].peer_ms);
+            bench_json_num(bench_key("paper_master_bytes_per_iter_w%d",
+                                     R->paper[i].workers),
+                           0, R->paper[i].peer_bytes);
+        }
+        for (int i = 0; R->have_peer && i < R->ncounts; i++)
             bench_json_num(bench_key("overhead_ms_per_iter_w%d",
                                      R->counts[i]),
                            4, R->peer_ms[i]);
-        for (int i = 0; i < R->ncounts; i++)
+        for (int i = 0; R->have_peer && i < R->ncounts; i++)
             if (!isnan(R->peer_min_ms[i]))
                 bench_json_num(bench_key("overhead_min_ms_per_iter_w%d",
                                          R->counts[i]),
@@ -444,7 +504,15 @@ static void usage(FILE *f)
             "  --quick          (b) up to 64 workers, fewer iterations\n"
             "  --rounds R       rounds of (a) (default 11)\n"
             "  --pairs P        pairs per round of (a) (default 512)\n"
-            "  --no-peer        skip the Python peer\n"
+            "  --no-peer        skip the Python peers\n"
+            "(c) the paper's scale: 2048 evaluations of a 100,000-parameter "
+            "policy, per record\n    against shared, at 1 .. 512 workers "
+            "(peer/es_paper_peer.py).\n"
+            "  --paper-max-workers N  largest worker count in (c) (default "
+            "512)\n"
+            "  --paper-iters N  measured iterations per count in (c) "
+            "(default 3)\n"
+            "  --no-paper       skip (c)\n"
             "The last line of output is one JSON object.\n");
 }
 
@@ -454,13 +522,18 @@ int main(int argc, char **argv)
         return 1;
     /* Many short rounds rather than a few long ones: on a shared machine
      * the fastest of many is more likely to be undisturbed. */
-    struct options o = {.max_workers = 512, .rounds = 11, .pairs = 512};
+    struct options o = {.max_workers = 512, .rounds = 11, .pairs = 512,
+                        .paper_max_workers = 512, .paper_iters = 3};
     const struct bench_flag flags[] = {
         {"--no-peer", .on = &o.no_peer},
         {"--quick", .on = &o.quick},
         {"--max-workers", .value = &o.max_workers, .lo = 1, .hi = 1 << 15},
         {"--rounds", .value = &o.rounds, .lo = 1, .hi = 64},
         {"--pairs", .value = &o.pairs, .lo = 1, .hi = 1 << 20},
+        {"--paper-max-workers", .value = &o.paper_max_workers, .lo = 1,
+         .hi = 512},
+        {"--paper-iters", .value = &o.paper_iters, .lo = 1, .hi = 60},
+        {"--no-paper", .on = &o.no_paper},
         {NULL},
     };
     int rc = bench_parse_args(PROG, argc, argv, flags);
@@ -474,8 +547,17 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
+    if (!o.no_paper && bench_es_paper((int)o.paper_max_workers,
+                                      (int)o.paper_iters, R.paper,
+                                      &R.npaper) != 0) {
+        fprintf(stderr, PROG ": (c) FAILED\n");
+        return 1;
+    }
     if (!o.no_peer)
         R.have_peer = bench_peer_done(PROG, run_peer(&o, &R));
+    if (!o.no_peer && R.npaper)
+        R.have_paper_peer =
+            bench_peer_done(PROG, run_paper_peer(&o, &R));
     print_table(&R);
     print_json(&R);
     return 0;

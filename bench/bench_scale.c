@@ -78,6 +78,9 @@ struct options {
 struct result {
     double create_s, connect_s, total_s, rss_kib, pss_kib, free_s;
     double master_rss_kib;
+    double master_cpu_s; /* user + system CPU of the master during the map */
+    double workers_cpu_s; /* of all the workers, from start to exit */
+    double map_workers_cpu_s; /* of all the workers during the map */
     long workers, ran_tasks_min, ran_tasks_max, distinct;
 };
 
@@ -90,6 +93,69 @@ static const struct bench_figure figure_keys[] = {
     {"create_s", offsetof(struct result, create_s), 4, 1},
 };
 #define N_FIGURES (sizeof figure_keys / sizeof figure_keys[0])
+
+/* A process's user + system CPU seconds (all threads), from
+ * /proc/<pid>/stat ("self" for pid 0); -1 when it cannot be read. */
+static double proc_cpu_s(long pid)
+{
+    char path[64];
+    if (pid)
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/stat");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[2048];
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    const char *p = strrchr(line, ')'); /* the name may hold spaces */
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Ours, from getrusage (microseconds rather than /proc's ticks). */
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return proc_cpu_s(0);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/* The CPU seconds of the main threads of the n processes in pids,
+ * summed, from /proc/<pid>/schedstat (nanoseconds: /proc/<pid>/stat
+ * counts whole clock ticks, and a worker's share of a map is a few ms). */
+static double procs_cpu_s(const long *pids, long n)
+{
+    double sum = 0;
+    for (long i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/schedstat", pids[i]);
+        FILE *f = fopen(path, "r");
+        unsigned long long ns;
+        if (f && fscanf(f, "%llu", &ns) == 1)
+            sum += (double)ns / 1e9;
+        if (f)
+            fclose(f);
+    }
+    return sum;
+}
+
+/* CPU seconds of the children this process has waited for. */
+static double children_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) != 0)
+        return -1;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
 
 /* The initializer: records this worker's pid and the time. */
 FIBER_TASK(bench_scale_init)
@@ -359,6 +425,7 @@ static int run_fiber(const struct options *o, struct result *r)
                           .initializer = "bench_scale_init",
                           .initarg = path,
                           .initarg_len = strlen(path)};
+    double kids0 = children_cpu_s();
     uint64_t t0 = bench_now_ns();
     if (rc == 0 && fiber_pool_create(&pool, &po) != 0) {
         char err[1024];
@@ -382,11 +449,14 @@ static int run_fiber(const struct options *o, struct result *r)
         printf("fiber  %ld workers connected after %.3f s\n", got,
                r->connect_s);
         fflush(stdout);
-        double t1 = bench_now_s();
+        double wcpu0 = procs_cpu_s(pids, got);
+        double t1 = bench_now_s(), cpu0 = self_cpu_s();
         int mrc = fiber_pool_map(pool, "bench_scale_task", in, sizeof *in,
                                  ntasks, out, sizeof *out,
                                  (size_t)o->chunksize);
         r->total_s = bench_now_s() - t1;
+        r->master_cpu_s = self_cpu_s() - cpu0;
+        r->map_workers_cpu_s = procs_cpu_s(pids, got) - wcpu0;
         if (mrc != 0) {
             char err[1024];
             snprintf(err, sizeof err, "%s", fiber_last_error());
@@ -411,6 +481,10 @@ static int run_fiber(const struct options *o, struct result *r)
                "workers ran %ld..%ld tasks each\n", ntasks, TASK_MS,
                r->total_s, TASKS_PER_WORKER * TASK_MS / 1000.0, r->distinct,
                r->ran_tasks_min, r->ran_tasks_max);
+        printf("fiber  CPU during the map: master %.3f s (%.4f s per 1,000 "
+               "tasks), workers %.3f s\n", r->master_cpu_s,
+               r->master_cpu_s * 1000.0 / (double)ntasks,
+               r->map_workers_cpu_s);
         printf("fiber  memory per worker: VmRSS %.0f KiB, Pss %.0f KiB; "
                "master VmRSS %.0f KiB\n", r->rss_kib, r->pss_kib,
                r->master_rss_kib);
@@ -419,8 +493,10 @@ static int run_fiber(const struct options *o, struct result *r)
     double t2 = bench_now_s();
     fiber_pool_free(pool);
     r->free_s = bench_now_s() - t2;
+    r->workers_cpu_s = children_cpu_s() - kids0;
     if (pool)
-        printf("fiber  fiber_pool_free took %.3f s\n", r->free_s);
+        printf("fiber  fiber_pool_free took %.3f s; the workers used %.3f "
+               "CPU s in all\n", r->free_s, r->workers_cpu_s);
     close(fd);
     unlink(path);
     free(in);
@@ -493,6 +569,14 @@ static void print_json(const struct options *o, const struct result *r,
     bench_json_long("tasks_per_worker_max", r->ran_tasks_max);
     bench_json_long("workers_used", r->distinct);
     bench_json_num("sleep_floor_s", 4, floor_s);
+    if (floor_s > 0)
+        bench_json_num("total_over_floor", 3, r->total_s / floor_s);
+    bench_json_num("master_cpu_s", 3, r->master_cpu_s);
+    bench_json_num("workers_cpu_s", 3, r->workers_cpu_s);
+    bench_json_num("map_workers_cpu_s", 3, r->map_workers_cpu_s);
+    bench_json_num("master_cpu_s_per_1000_tasks", 5,
+                   r->master_cpu_s * 1000.0 /
+                       (double)(r->workers * TASKS_PER_WORKER));
     bench_json_long("chunksize", o->chunksize);
     if (bench_json_open_peer(p)) {
         bench_json_long("workers", p->workers);
@@ -524,9 +608,12 @@ int main(int argc, char **argv)
            "per worker\n", fiber_version(), o.workers, TASKS_PER_WORKER,
            TASK_MS);
     raise_nofile();
+    double kids0 = children_cpu_s();
     double floor_s = sleep_floor(o.workers);
-    printf("floor  %ld plain processes sleeping %d x %d ms: %.3f s\n",
-           o.workers, TASKS_PER_WORKER, TASK_MS, floor_s);
+    double floor_cpu_s = children_cpu_s() - kids0;
+    printf("floor  %ld plain processes sleeping %d x %d ms: %.3f s (their "
+           "CPU: %.3f s)\n", o.workers, TASKS_PER_WORKER, TASK_MS, floor_s,
+           floor_cpu_s);
     struct result r, p;
     if (run_fiber(&o, &r) != 0) {
         fprintf(stderr, PROG ": FAILED\n");

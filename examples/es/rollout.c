@@ -49,6 +49,29 @@ size_t es_result_size(int obs_dim)
                   2 * (size_t)obs_dim * sizeof(double));
 }
 
+size_t es_task_head_size(void) { return round8(sizeof(struct es_task)); }
+
+size_t es_ref_record_size(void)
+{
+    return round8(sizeof(struct es_task) + sizeof(fiber_ref));
+}
+
+size_t es_shared_size(size_t nparams, int obs_dim)
+{
+    return (nparams + 2 * (size_t)obs_dim) * sizeof(float);
+}
+
+void es_shared_pack(void *blob, size_t nparams, int obs_dim,
+                    const float *theta, const float *mean, const float *std)
+{
+    unsigned char *p = blob;
+    memcpy(p, theta, nparams * sizeof(float));
+    p += nparams * sizeof(float);
+    memcpy(p, mean, (size_t)obs_dim * sizeof(float));
+    memcpy(p + (size_t)obs_dim * sizeof(float), std,
+           (size_t)obs_dim * sizeof(float));
+}
+
 void es_task_pack(void *rec, const struct es_task *t, const float *theta,
                   const float *mean, const float *std)
 {
@@ -150,7 +173,7 @@ static double run_episodes(struct episode *ep, const float *theta,
 /* Checks a record against the environment it names.  Returns the
  * environment, or NULL with err set. */
 static const struct env_def *check_task(const struct es_task *t, size_t len,
-                                        char *err, size_t errlen)
+                                        int shared, char *err, size_t errlen)
 {
     const struct env_def *e = es_env_get(t->env_id);
     if (t->magic != ES_TASK_MAGIC || !e) {
@@ -161,7 +184,8 @@ static const struct env_def *check_task(const struct es_task *t, size_t len,
     struct policy_shape s = {e->obs_dim, (int)t->hidden, e->act_dim};
     if ((int)t->obs_dim != e->obs_dim || t->hidden < 1 ||
         t->hidden > ES_MAX_HIDDEN || t->nparams != policy_nparams(&s) ||
-        len != es_task_size(t->nparams, e->obs_dim)) {
+        len != (shared ? es_shared_size(t->nparams, e->obs_dim)
+                       : es_task_size(t->nparams, e->obs_dim))) {
         snprintf(err, errlen, "record of %zu bytes does not match %s with "
                  "%u hidden units", len, e->name, t->hidden);
         return NULL;
@@ -217,16 +241,14 @@ static int run_task(const struct es_task *t, const float *data, float *work,
     return 0;
 }
 
-int es_evaluate(const void *rec, size_t len, void *res, size_t res_len,
-                char *err, size_t errlen)
+/* es_evaluate and es_evaluate_shared: the header t, its arrays at
+ * arrays (len bytes of them, as check_task wants for the form). */
+static int evaluate(const struct es_task *tp, const void *arrays, size_t len,
+                    int shared, void *res, size_t res_len, char *err,
+                    size_t errlen)
 {
-    struct es_task t;
-    if (len < sizeof t) {
-        snprintf(err, errlen, "record of %zu bytes is too short", len);
-        return -1;
-    }
-    memcpy(&t, rec, sizeof t);
-    const struct env_def *e = check_task(&t, len, err, errlen);
+    struct es_task t = *tp;
+    const struct env_def *e = check_task(&t, len, shared, err, errlen);
     if (!e)
         return -1;
     if (res_len != es_result_size(e->obs_dim) ||
@@ -246,7 +268,7 @@ int es_evaluate(const void *rec, size_t len, void *res, size_t res_len,
         snprintf(err, errlen, "out of memory for %u parameters", t.nparams);
         return -1;
     }
-    memcpy(data, (const unsigned char *)rec + sizeof t, nfloat * sizeof *data);
+    memcpy(data, arrays, nfloat * sizeof *data);
     double sum[ES_MAX_OBS] = {0}, sumsq[ES_MAX_OBS] = {0};
     struct episode ep = {e,   ctx,  {e->obs_dim, (int)t.hidden, e->act_dim},
                          data + t.nparams, data + t.nparams + e->obs_dim,
@@ -266,6 +288,39 @@ int es_evaluate(const void *rec, size_t len, void *res, size_t res_len,
     memcpy(o + sizeof r + (size_t)e->obs_dim * sizeof(double), sumsq,
            (size_t)e->obs_dim * sizeof(double));
     return 0;
+}
+
+int es_evaluate(const void *rec, size_t len, void *res, size_t res_len,
+                char *err, size_t errlen)
+{
+    struct es_task t;
+    if (len < sizeof t) {
+        snprintf(err, errlen, "record of %zu bytes is too short", len);
+        return -1;
+    }
+    memcpy(&t, rec, sizeof t);
+    return evaluate(&t, (const unsigned char *)rec + sizeof t, len, 0, res,
+                    res_len, err, errlen);
+}
+
+/* A header-only record whose arrays are the call's shared object. */
+static int evaluate_shared(const void *rec, size_t len, void *res,
+                           size_t res_len, char *err, size_t errlen)
+{
+    struct es_task t;
+    if (len != es_task_head_size()) {
+        snprintf(err, errlen, "a shared-form record is %zu bytes, not %zu",
+                 es_task_head_size(), len);
+        return -1;
+    }
+    memcpy(&t, rec, sizeof t);
+    const void *arrays;
+    size_t n;
+    if (fiber_task_shared(&arrays, &n) != 0) {
+        snprintf(err, errlen, "%s", fiber_last_error());
+        return -1;
+    }
+    return evaluate(&t, arrays, n, 1, res, res_len, err, errlen);
 }
 
 /* ---- the pool's tasks ---------------------------------------------------- */
@@ -288,7 +343,33 @@ FIBER_TASK(es_init)
     return 0;
 }
 
-FIBER_TASK(es_eval)
+/* A header and a ref: the arrays are the ref's object. */
+static int evaluate_ref(const void *rec, size_t len, void *res,
+                        size_t res_len, char *err, size_t errlen)
+{
+    struct es_task t;
+    fiber_ref ref;
+    if (len != es_ref_record_size()) {
+        snprintf(err, errlen, "a ref-form record is %zu bytes, not %zu",
+                 es_ref_record_size(), len);
+        return -1;
+    }
+    memcpy(&t, rec, sizeof t);
+    memcpy(&ref, (const unsigned char *)rec + sizeof t, sizeof ref);
+    const void *arrays;
+    size_t n;
+    if (fiber_object_get(&ref, &arrays, &n) != 0) {
+        snprintf(err, errlen, "%s", fiber_last_error());
+        return -1;
+    }
+    return evaluate(&t, arrays, n, 1, res, res_len, err, errlen);
+}
+
+typedef int (*eval_fn)(const void *rec, size_t len, void *res,
+                       size_t res_len, char *err, size_t errlen);
+
+/* Every record form: the result's size comes from the header. */
+static int eval_task(const void *arg, size_t len, fiber_buf *out, eval_fn fn)
 {
     char err[256];
     const struct env_def *e = NULL;
@@ -301,9 +382,17 @@ FIBER_TASK(es_eval)
     int rc = fiber_buf_reserve(out, res_len);
     if (rc)
         return rc;
-    if (es_evaluate(arg, len, out->data + out->len, res_len, err,
-                    sizeof err) != 0)
+    if (fn(arg, len, out->data + out->len, res_len, err, sizeof err))
         return fiber_task_fail("%s", err);
     out->len += res_len;
     return 0;
 }
+
+FIBER_TASK(es_eval) { return eval_task(arg, len, out, es_evaluate); }
+
+FIBER_TASK(es_eval_shared)
+{
+    return eval_task(arg, len, out, evaluate_shared);
+}
+
+FIBER_TASK(es_eval_ref) { return eval_task(arg, len, out, evaluate_ref); }

@@ -62,6 +62,21 @@ struct es_init_arg {
 size_t es_task_size(size_t nparams, int obs_dim);
 size_t es_result_size(int obs_dim);
 
+/* The shared form (fiber_pool_shared): a record is only its header
+ * (es_task_head_size bytes) and the iteration's arrays -- theta, then
+ * the observation mean and std -- are one shared object of
+ * es_shared_size bytes, put once per iteration instead of once per
+ * record.  The es_eval_shared task reads them with fiber_task_shared. */
+size_t es_task_head_size(void);
+size_t es_shared_size(size_t nparams, int obs_dim);
+void es_shared_pack(void *blob, size_t nparams, int obs_dim,
+                    const float *theta, const float *mean, const float *std);
+
+/* The ref form: a header, then the fiber_ref of a shared object holding
+ * the arrays (es_shared_size bytes); es_eval_ref resolves it.  For maps
+ * whose records carry different policies (examples/population). */
+size_t es_ref_record_size(void);
+
 /* Writes a record's header and arrays into rec (es_task_size bytes). */
 void es_task_pack(void *rec, const struct es_task *t, const float *theta,
                   const float *mean, const float *std);

@@ -3,7 +3,12 @@
  *
  * One iteration is one fiber_pool_map over `pop` pair records (each runs
  * theta + sigma*eps and theta - sigma*eps on the same start state) and
- * `eval_episodes` records that run theta itself.  The master then ranks
+ * `eval_episodes` records that run theta itself.  The policy and the
+ * observation statistics are put once per iteration as the map's shared
+ * argument (fiber_pool_shared): each record is only its 40-byte header,
+ * and each worker fetches the arrays once per iteration, not once per
+ * record.  (With es_opts.task, a benchmark's own task, records carry the
+ * arrays as before.)  The master then ranks
  * the 2*pop returns, estimates the gradient from the noise offsets, takes
  * an Adam step and merges the workers' observation sums.  A run is
  * deterministic for a seed whatever the number of workers: every record
@@ -27,6 +32,10 @@ struct run {
     fiber_pool *pool;
     int env_id;
     size_t ntasks, rec_size, res_size;
+    size_t full_size;          /* a record with its arrays (final_test) */
+    int shared;                /* records are headers; arrays are shared */
+    unsigned char *blob;       /* the iteration's shared arrays */
+    size_t blob_size;
     unsigned char *recs, *res;
     uint32_t *offsets;         /* pop noise offsets */
     double *returns, *ranks;   /* 2*pop: [2i] is +eps, [2i+1] is -eps */
@@ -95,7 +104,11 @@ static int alloc_run(struct run *r)
 {
     size_t pop = (size_t)r->o->pop, d = (size_t)r->st->shape.obs_dim;
     r->ntasks = pop + (size_t)r->o->eval_episodes;
-    r->rec_size = es_task_size(r->st->nparams, (int)d);
+    r->full_size = es_task_size(r->st->nparams, (int)d);
+    r->shared = r->o->task == NULL;
+    r->rec_size = r->shared ? es_task_head_size() : r->full_size;
+    r->blob_size = es_shared_size(r->st->nparams, (int)d);
+    r->blob = calloc(1, r->blob_size);
     r->res_size = es_result_size((int)d);
     r->recs = calloc(r->ntasks, r->rec_size);
     r->res = calloc(r->ntasks, r->res_size);
@@ -109,7 +122,7 @@ static int alloc_run(struct run *r)
     r->std = calloc(d, sizeof *r->std);
     r->sum = calloc(d, sizeof *r->sum);
     r->sumsq = calloc(d, sizeof *r->sumsq);
-    return r->recs && r->res && r->offsets && r->returns && r->ranks &&
+    return r->blob && r->recs && r->res && r->offsets && r->returns && r->ranks &&
                    r->idx && r->weights && r->grad && r->mean && r->std &&
                    r->sum && r->sumsq
                ? 0
@@ -123,7 +136,8 @@ static void free_run(struct run *r)
         fclose(r->log);
     void *bufs[] = {r->recs,    r->res,     r->offsets, r->returns,
                     r->ranks,   r->idx,     r->weights, r->grad,
-                    r->mean,    r->std,     r->sum,     r->sumsq};
+                    r->mean,    r->std,     r->sum,     r->sumsq,
+                    r->blob};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         free(bufs[i]);
 }
@@ -202,9 +216,38 @@ static void build_tasks(struct run *r)
             t.noise_offset = r->offsets[i] = (uint32_t)(es_rand64(&st->rng) %
                                                         span);
         t.seed = es_rand64(&st->rng);
-        es_task_pack(r->recs + i * r->rec_size, &t, st->theta, r->mean,
-                     r->std);
+        if (r->shared)
+            memcpy(r->recs + i * r->rec_size, &t, sizeof t);
+        else
+            es_task_pack(r->recs + i * r->rec_size, &t, st->theta, r->mean,
+                         r->std);
     }
+    if (r->shared)
+        es_shared_pack(r->blob, st->nparams, st->shape.obs_dim, st->theta,
+                       r->mean, r->std);
+}
+
+/* The iteration's map: with the arrays as the shared argument, put once
+ * and released when the map is over. */
+static int run_map(struct run *r)
+{
+    if (!r->shared)
+        return fiber_pool_map(r->pool, r->o->task, r->recs, r->rec_size,
+                              r->ntasks, r->res, r->res_size, 0);
+    fiber_ref ref;
+    int rc = fiber_object_put(r->blob, r->blob_size, &ref);
+    if (rc)
+        return rc;
+    fiber_pool_shared(&ref);
+    rc = fiber_pool_map(r->pool, "es_eval_shared", r->recs, r->rec_size,
+                        r->ntasks, r->res, r->res_size, 0);
+    fiber_pool_shared(NULL);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", fiber_last_error());
+    fiber_object_release(&ref);
+    if (rc)
+        fprintf(stderr, "es: %s\n", msg);
+    return rc;
 }
 
 /* Reads the results in record order (so sums do not depend on which
@@ -297,7 +340,7 @@ static int save(struct run *r)
 static int final_test(struct run *r, struct es_outcome *out)
 {
     struct es_state *st = r->st;
-    unsigned char *recs = calloc(TEST_EPISODES, r->rec_size);
+    unsigned char *recs = calloc(TEST_EPISODES, r->full_size);
     unsigned char *res = calloc(TEST_EPISODES, r->res_size);
     int rc = recs && res ? 0 : -1;
     struct es_task t = {ES_TASK_MAGIC, (uint16_t)r->env_id, ES_KIND_EVAL,
@@ -306,11 +349,11 @@ static int final_test(struct run *r, struct es_outcome *out)
     uint64_t rng = st->rng ^ 0x7465737445534553ull; /* "TESTESES" */
     for (int i = 0; rc == 0 && i < TEST_EPISODES; i++) {
         t.seed = es_rand64(&rng);
-        es_task_pack(recs + (size_t)i * r->rec_size, &t, st->theta, r->mean,
+        es_task_pack(recs + (size_t)i * r->full_size, &t, st->theta, r->mean,
                      r->std);
     }
     if (rc == 0 && fiber_pool_map(r->pool, r->o->task ? r->o->task : "es_eval",
-                                  recs, r->rec_size, TEST_EPISODES, res,
+                                  recs, r->full_size, TEST_EPISODES, res,
                                   r->res_size, 0) != 0) {
         fprintf(stderr, "es: test episodes: %s\n", fiber_last_error());
         rc = -1;
@@ -339,8 +382,7 @@ static int iterate(struct run *r, struct es_outcome *out)
     double t0 = now_s();
     build_tasks(r);
     double t1 = now_s();
-    if (fiber_pool_map(r->pool, r->o->task ? r->o->task : "es_eval", r->recs,
-                       r->rec_size, r->ntasks, r->res, r->res_size, 0) != 0) {
+    if (run_map(r) != 0) {
         fprintf(stderr, "es: iteration %llu: %s\n", (unsigned long long)it,
                 fiber_last_error());
         return -1;

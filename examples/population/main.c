@@ -396,6 +396,42 @@ static int add_request(struct master *M, const struct msg_hdr *h,
     return 0;
 }
 
+/* The batch's map.  A learner's records all carry its policy and
+ * observation statistics: those are put once per request (a shared
+ * object), and the map's records are a header and that object's ref
+ * (es_eval_ref), so each worker fetches a policy once however many of its
+ * records it runs.  Returns 0 or the map's code. */
+static int map_by_ref(struct master *M, size_t n)
+{
+    size_t rs = es_ref_record_size(), hs = sizeof(struct es_task);
+    size_t blob = M->rec_size - hs;
+    fiber_ref refs[POP_MAX_LEARNERS];
+    unsigned char *recs = calloc(n ? n : 1, rs);
+    int code = recs ? 0 : complain("out of memory"), nput = 0;
+    size_t at = 0;
+    for (int i = 0; code == 0 && i < M->nreq; i++) {
+        const unsigned char *first = M->in.data + at * M->rec_size;
+        /* es_task_pack's arrays, without the rounding padding. */
+        size_t arrays = es_shared_size(M->nparams, M->c.env->obs_dim);
+        code = arrays <= blob ? fiber_object_put(first + hs, arrays, &refs[i])
+                              : FIBER_EINVAL;
+        nput += code == 0;
+        for (uint32_t k = 0; code == 0 && k < M->req_n[i]; k++, at++) {
+            memcpy(recs + at * rs, M->in.data + at * M->rec_size, hs);
+            memcpy(recs + at * rs + hs, &refs[i], sizeof refs[i]);
+        }
+    }
+    if (code == 0)
+        code = fiber_pool_map(M->pool, "es_eval_ref", recs, rs, n, M->out,
+                              M->res_size, 0);
+    /* (A release that succeeds leaves fiber_last_error() as the map set
+     * it, for run_batch's message.) */
+    for (int i = 0; i < nput; i++)
+        fiber_object_release(&refs[i]);
+    free(recs);
+    return code;
+}
+
 /* One fiber_pool_map over every request of the batch, then a reply to
  * each learner with its share of the results. */
 static int run_batch(struct master *M)
@@ -409,8 +445,7 @@ static int run_batch(struct master *M)
         M->out_cap = n * M->res_size;
     }
     double started = now_s();
-    int code = fiber_pool_map(M->pool, "es_eval", M->in.data, M->rec_size, n,
-                              M->out, M->res_size, 0);
+    int code = map_by_ref(M, n);
     M->map_seconds += now_s() - started;
     /* Copied: the text is valid only until this thread's next fiber
      * call, and the replies below are fiber calls. */

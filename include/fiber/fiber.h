@@ -607,6 +607,122 @@ FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st);
  * until freed.  NULL is a no-op. */
 FIBER_API void fiber_pool_free(fiber_pool *p);
 
+/* Waits until at least n of the pool's workers are connected, have run
+ * the initializer and take tasks (Fiber's wait_until_workers_up).
+ * Returns 0, FIBER_ETIMEDOUT (fewer after timeout_ms; -1 waits forever),
+ * FIBER_EINVAL (n < 0), FIBER_ESPAWN (the workers cannot start: the
+ * message says why) or FIBER_ECLOSED (the pool was terminated). */
+FIBER_API int fiber_pool_wait_ready(fiber_pool *p, int n, int timeout_ms);
+
+/* ------------------------------------------------------------------------
+ * Shared objects: large read-only bytes put once, passed by reference.
+ *
+ * The master puts a blob and gets a ref: 40 bytes that name the blob by
+ * its content (the BLAKE2b-256 hash of the bytes, then their length as a
+ * little-endian u64).  A ref is plain bytes: put it in any task argument,
+ * queue message or manager value.  A task (or any child) resolves a ref
+ * with fiber_object_get: the first use in a process fetches the blob, and
+ * later uses, by any task that process runs, read its cache.  The bytes
+ * are checked against the hash before they are used.
+ *
+ * Where the bytes come from.  On one host (the unix transport), the
+ * master keeps each blob in a file in /dev/shm (mode 0600) and children
+ * map that one copy read-only: nothing is sent at all (configuration key
+ * `object_shm`, default on; bytes from this file are not hashed again,
+ * since they never left the master's file).  Otherwise the master serves a blob to the first
+ * workers that ask; every worker that holds a blob serves it to others,
+ * and the master sends later askers to those holders, so a broadcast
+ * spreads as a tree and the master sends only a few copies (at most 4 of
+ * each blob while holders remain).  A holder that dies or fails mid-way
+ * costs the asker a fetch from someone else (never a wrong byte).  Between
+ * hosts this traffic is encrypted like all other (configuration key
+ * `encryption`).
+ *
+ * Each child's cache is bounded (configuration key `object_cache_mb`,
+ * default 4096): blobs no task is using are evicted least recently used
+ * first, and fetched again if needed.
+ *
+ * Lifetime: fiber_object_put counts a reference; fiber_object_release
+ * drops it.  The master frees the blob when no reference is left and no
+ * transfer or pool call (fiber_pool_shared) still uses it; children that
+ * cached it keep their copies until evicted.  A ref whose blob is gone
+ * fails to resolve with FIBER_ENOKEY.  docs/pool.md#shared-objects has
+ * the details and figures.
+ * ------------------------------------------------------------------------ */
+
+#define FIBER_REF_LEN 40
+
+typedef struct fiber_ref {
+    unsigned char bytes[FIBER_REF_LEN];
+} fiber_ref;
+
+/* Master only.  Copies data[0, len) into the run's object store and
+ * writes its ref to *ref.  Putting the same bytes again gives the same ref
+ * and counts one more reference.  Returns 0, FIBER_EINVAL (NULL ref, or
+ * NULL data with len > 0), FIBER_ENOTINIT (before fiber_init, or in a
+ * child), FIBER_ENOMEM, or FIBER_ESYS (the object server cannot start). */
+FIBER_API int fiber_object_put(const void *data, size_t len, fiber_ref *ref);
+
+/* Resolves ref to its bytes: *data and *len.  In the master, from the
+ * store; in a child, from its cache, fetching the blob first if needed
+ * (this waits for the transfer).  The bytes are read-only and stay valid:
+ * inside a pool task, until the task returns; elsewhere (the master, a
+ * process target) until fiber_object_release(ref) by this process.
+ * Returns 0, FIBER_EINVAL, FIBER_ENOKEY (no such blob: never put, or
+ * released), FIBER_ENOTINIT, FIBER_ENOMEM, FIBER_EPROTO (the master sent
+ * bytes that do not match the ref), FIBER_EUNREACHABLE / FIBER_ECLOSED
+ * (the master's object server cannot be reached). */
+FIBER_API int fiber_object_get(const fiber_ref *ref, const void **data,
+                               size_t *len);
+
+/* In the master: drops one reference that fiber_object_put counted.  In a
+ * child: unpins what fiber_object_get pinned outside a task (the blob
+ * stays cached until evicted).  Returns 0, FIBER_EINVAL or FIBER_ENOKEY
+ * (nothing to release). */
+FIBER_API int fiber_object_release(const fiber_ref *ref);
+
+/* The calling thread's pool submissions from now on carry ref as their
+ * shared argument: every task of each call can read it with
+ * fiber_task_shared(), fetched once per worker.  The pool keeps the blob
+ * alive until the call is over, whether or not the creator releases it.
+ * NULL ends it.  Returns 0 or FIBER_EINVAL.  (Thread-local, so two
+ * threads submitting to one pool do not interfere.) */
+FIBER_API int fiber_pool_shared(const fiber_ref *ref);
+
+/* Inside a pool task: the shared argument of the call the task belongs
+ * to, as fiber_object_get() gives it.  Returns 0, FIBER_ENOKEY (the call
+ * has none) or what fiber_object_get returns. */
+FIBER_API int fiber_task_shared(const void **data, size_t *len);
+
+/* fiber_pool_map with one shared argument: puts shared[0, shared_len),
+ * maps with it as the call's shared argument, releases it.  Returns what
+ * fiber_pool_map returns, or what fiber_object_put returns. */
+FIBER_API int fiber_pool_map_shared(fiber_pool *p, const char *task,
+                                    const void *shared, size_t shared_len,
+                                    const void *in, size_t in_size, size_t n,
+                                    void *out, size_t out_size,
+                                    size_t chunksize);
+
+typedef struct fiber_object_stats {
+    uint64_t objects;        /* blobs in this process's store or cache */
+    uint64_t bytes_held;     /* their bytes */
+    uint64_t bytes_served;   /* blob bytes this process sent to others */
+    uint64_t transfers;      /* whole blobs it sent */
+    uint64_t redirects;      /* master: askers sent to a holder instead */
+    uint64_t fetches;        /* child: blobs it fetched */
+    uint64_t fetch_retries;  /* child: fetches that failed at a holder and
+                                were asked again */
+    uint64_t cache_hits;     /* child: resolves served from its cache */
+    uint64_t evictions;      /* child: blobs dropped for room */
+    uint64_t shm_bytes;      /* master: bytes it wrote to shared memory for
+                                same-host children; child: bytes it mapped
+                                from there instead of receiving them */
+    uint64_t maps;           /* master: askers told to map its copy */
+} fiber_object_stats;
+
+/* This process's shared-object counters.  Returns 0 or FIBER_EINVAL. */
+FIBER_API int fiber_object_stats_get(fiber_object_stats *st);
+
 /* ------------------------------------------------------------------------
  * Queues and pipes: byte messages between any processes of a run.
  *

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "api/objsrv.h"
+#include "api/object_int.h"
 #include "api/pool_int.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -101,6 +102,8 @@ void fb_batch_free(struct fb_batch *b)
         free(b->slots);
     }
     fiber_buf_free(&b->result);
+    if (b->has_shared)
+        fb_objects_unpin_ref(&b->shared);
     free(b->msg);
     free(b->arg);
     free(b->done_bits);
@@ -123,6 +126,13 @@ static struct fb_batch *batch_new(struct fiber_pool *p, enum batch_kind kind,
     b->n = n;
     b->task_len = (uint8_t)fb_strlcpy(b->task, task, sizeof b->task);
     b->err_index = SIZE_MAX;
+    const fiber_ref *shared = fb_objects_call_shared();
+    if (shared) {
+        /* can_submit checked it is in the store; a release since is the
+         * caller's race, and then tasks fail to resolve it (ENOKEY). */
+        b->has_shared = fb_objects_pin_ref(shared) == 0;
+        b->shared = *shared;
+    }
     return b;
 }
 
@@ -509,6 +519,13 @@ static int can_submit(struct fiber_pool *p, const char *task)
         return fb_err(FIBER_ESPAWN, "%s", p->broken);
     if (!task)
         return fb_err(FIBER_EINVAL, "task name is NULL");
+    const fiber_ref *shared = fb_objects_call_shared();
+    if (shared && fb_objects_pin_ref(shared) != 0)
+        return fb_err(FIBER_ENOKEY, "the call's shared argument "
+                      "(fiber_pool_shared) is not in the store: never put, "
+                      "or released");
+    if (shared)
+        fb_objects_unpin_ref(shared);
     return fiber_task_lookup(task, NULL);
 }
 
@@ -1016,15 +1033,11 @@ static int all_done(void *arg)
      * leave. */
     for (struct fb_batch *b = p->all; b; b = b->all_next)
         if (b->kind == B_IMAP && !b->complete) {
-            int busy = 0;
-            for (int i = 0; i < p->n_workers; i++)
-                busy += p->workers[i]->inflight > 0;
-            if (busy)
+            if (p->count.inflight > 0)
                 return 0;
             cut_imap(p, b);
         }
-    for (int i = 0; i < p->n_workers; i++)
-        p->workers[i]->retire = 1;
+    fb_pool_retire_all(p);
     p->target = 0;
     return p->n_workers == 0;
 }
@@ -1117,6 +1130,65 @@ FIBER_API int fiber_pool_resize(fiber_pool *p, int workers)
     return rc;
 }
 
+struct ready_wait {
+    struct fiber_pool *p;
+    int n;
+};
+
+static int enough_ready(void *arg)
+{
+    struct ready_wait *r = arg;
+    return r->p->count.ready >= r->n || r->p->broken[0] || r->p->terminated;
+}
+
+FIBER_API int fiber_pool_wait_ready(fiber_pool *p, int n, int timeout_ms)
+{
+    int rc = check_pool(p);
+    if (rc)
+        return rc;
+    if (n < 0)
+        return fb_err(FIBER_EINVAL, "cannot wait for %d workers", n);
+    pthread_mutex_lock(&p->mu);
+    struct ready_wait r = {p, n};
+    rc = pool_wait(p, enough_ready, &r, fb_deadline_ms(timeout_ms));
+    int ready = p->count.ready;
+    if (ready >= n)
+        rc = 0;
+    else if (p->terminated)
+        rc = fb_err(FIBER_ECLOSED, "the pool was terminated");
+    else if (p->broken[0])
+        rc = fb_err(FIBER_ESPAWN, "%s", p->broken);
+    else
+        rc = fb_err(FIBER_ETIMEDOUT, "%d of %d workers ready after %d ms",
+                    ready, n, timeout_ms);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+FIBER_API int fiber_pool_map_shared(fiber_pool *p, const char *task,
+                                    const void *shared, size_t shared_len,
+                                    const void *in, size_t in_size, size_t n,
+                                    void *out, size_t out_size,
+                                    size_t chunksize)
+{
+    fiber_ref ref;
+    int rc = fiber_object_put(shared, shared_len, &ref);
+    if (rc)
+        return rc;
+    const fiber_ref *before = fb_objects_call_shared();
+    fiber_ref saved;
+    if (before)
+        saved = *before;
+    fiber_pool_shared(&ref);
+    rc = fiber_pool_map(p, task, in, in_size, n, out, out_size, chunksize);
+    fiber_pool_shared(before ? &saved : NULL);
+    char msg[1024];
+    if (rc)
+        fb_strlcpy(msg, fiber_last_error(), sizeof msg);
+    fiber_object_release(&ref);
+    return rc ? fb_err(rc, "%s", msg) : 0;
+}
+
 FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st)
 {
     int rc = check_pool(p);
@@ -1129,22 +1201,14 @@ FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st)
     st->workers_alive = fb_pool_alive_workers(p);
     st->workers_target = p->target;
     st->tasks_queued = p->queued + RETRIES(p);
-    size_t inflight = 0;
-    for (int i = 0; i < p->n_workers; i++)
-        inflight += p->workers[i]->inflight;
-    st->tasks_in_flight = inflight;
+    st->tasks_in_flight = p->count.inflight;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
 static int idle_now(struct fiber_pool *p)
 {
-    if (p->queued || RETRIES(p))
-        return 0;
-    for (int i = 0; i < p->n_workers; i++)
-        if (p->workers[i]->inflight)
-            return 0;
-    return 1;
+    return !p->queued && !RETRIES(p) && !p->count.inflight;
 }
 
 /* With nothing left to run, workers are asked to stop (STOP) rather than
@@ -1156,8 +1220,7 @@ static void stop_idle_workers(struct fiber_pool *p)
         p->closed = 1;
         p->target = 0;
         p->max_workers = 0;
-        for (int i = 0; i < p->n_workers; i++)
-            p->workers[i]->retire = 1;
+        fb_pool_retire_all(p);
         int grace = fb_rt_config()->terminate_grace_ms;
         pool_wait(p, no_workers, p, fb_deadline_ms(grace + 500));
     }

@@ -67,6 +67,9 @@ struct fb_batch {
     int ordered;
     int cut; /* imap: the pool stopped before every result came */
 
+    int has_shared;    /* fiber_pool_shared was in force: pinned */
+    fiber_ref shared;
+
     fiber_done_fn cb;
     void *ud;
     int has_handle;  /* a future or iterator refers to it */
@@ -96,8 +99,40 @@ enum worker_state {
     W_GONE,     /* connection closed; waiting for the job to end */
 };
 
+/* The sets the scheduler keeps as workers change, so that no pass of the
+ * progress loop walks every worker (pool_sets.c).  A worker is on at most
+ * one list per link; each list names the link it uses. */
+enum { WL_FEED, WL_DIRTY, WL_HEARD, WL_STOP, WL_N };
+
+struct fb_worker;
+struct fb_wlist;
+
+struct fb_wlink {
+    struct fb_worker *prev, *next;
+    struct fb_wlist *on; /* the list it is on, or NULL */
+};
+
+struct fb_wlist {
+    struct fb_worker *head, *tail;
+    size_t len;
+    int link; /* WL_* */
+};
+
+/* What one worker adds to the pool's totals (struct fb_wcount in both). */
+struct fb_wcount {
+    int alive;     /* state != W_GONE */
+    int live;      /* alive and not retiring: counts toward the target */
+    int starting;  /* W_STARTING or W_INIT */
+    int ready;     /* W_READY: connected, initialized, taking tasks */
+    int stopping;  /* retiring, STOP not yet sent */
+    uint64_t inflight;
+};
+
 struct fb_worker {
     struct fiber_pool *pool;
+    int index;      /* in pool->workers */
+    struct fb_wlink link[WL_N];
+    struct fb_wcount counted; /* what it adds to pool->count now */
     struct fb_jobrec *job;
     int state;
     int retire;     /* take no more tasks; STOP once drained */
@@ -106,13 +141,16 @@ struct fb_worker {
     int faulted;    /* it reported the task that killed it (FAULT) */
     struct fb_conn conn;
     int has_conn;
-    int want_out;   /* EPOLLOUT armed */
+    int want_out;   /* output waits for room (off the dirty set) */
+    int out_armed;  /* EPOLLOUT armed */
     struct fb_chunk *head, *tail;
     uint32_t inflight;
     uint64_t assigned;
     uint64_t last_heard_ms;
     uint64_t idle_since_ms;
     char exit_msg[256]; /* what it said before exiting (EXIT) */
+    int shared_told;    /* the shared argument it was last sent (OBJ_CALL) */
+    fiber_ref shared;
 };
 
 struct fb_retry {
@@ -164,7 +202,15 @@ struct fiber_pool {
 
     struct fb_worker **workers;
     int n_workers, cap_workers;
-    int rr;                 /* where dispatch starts, round robin */
+    /* Kept as workers change (fb_pool_note): */
+    struct fb_wcount count;  /* sums over every worker */
+    struct fb_wlist idle;    /* ready, nothing in flight: fed first */
+    struct fb_wlist hungry;  /* ready, below its credit */
+    struct fb_wlist dirty;   /* output queued, socket not known full */
+    struct fb_wlist heard;   /* connected, least recently heard first */
+    struct fb_wlist stopq;   /* retiring, STOP not yet sent */
+    uint32_t credit;         /* tasks a worker may hold (credit_limit) */
+    int all_retired;         /* fb_pool_retire_all has run */
     int startup_failures;   /* workers in a row that died before READY */
     uint64_t last_grow_ms;
     char broken[512];       /* set when workers cannot start */
@@ -193,6 +239,21 @@ struct fiber_pool {
 };
 
 #define RETRIES(p) ((p)->retry.len + (p)->suspect.len)
+
+/* pool_sets.c */
+void fb_wlist_init(struct fb_wlist *l, int link);
+/* Puts w at the tail of l (taking it off any other list of l's link);
+ * moves it to the tail when it is on l already. */
+void fb_wlist_push(struct fb_wlist *l, struct fb_worker *w);
+/* Takes w off whatever list it is on for link (a no-op when none). */
+void fb_wlist_drop(struct fb_worker *w, int link);
+/* Brings the pool's sets and totals up to date with w's state, in O(1).
+ * Call it after anything about w changes (state, retire, stop_sent,
+ * inflight, its first chunk, its queued output).  mu held. */
+void fb_pool_note(struct fiber_pool *p, struct fb_worker *w);
+/* Marks every worker retiring (once: later calls return at once); mu
+ * held. */
+void fb_pool_retire_all(struct fiber_pool *p);
 
 /* pool_sched.c */
 extern const struct fb_owner_ops fb_pool_worker_ops;

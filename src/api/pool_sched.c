@@ -24,6 +24,7 @@
 
 #define SPIN_US 50
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */
+#define CHUNKS_PER_S 20000.0     /* and at most ~20,000 chunks a second */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
 #define MAX_CREDIT 1024
 #define LONG_TASK_NS 100000000.0 /* beyond this a worker holds one task */
@@ -91,21 +92,16 @@ const struct fb_owner_ops fb_pool_worker_ops = {
 
 int fb_pool_alive_workers(const struct fiber_pool *p)
 {
-    int n = 0;
-    for (int i = 0; i < p->n_workers; i++)
-        if (p->workers[i]->state != W_GONE)
-            n++;
-    return n;
+    return p->count.alive;
 }
 
 /* Workers that count toward the target: alive and not being retired. */
-static int live_workers(const struct fiber_pool *p)
+static int live_workers(const struct fiber_pool *p) { return p->count.live; }
+
+static void set_retire(struct fiber_pool *p, struct fb_worker *w)
 {
-    int n = 0;
-    for (int i = 0; i < p->n_workers; i++)
-        if (p->workers[i]->state != W_GONE && !p->workers[i]->retire)
-            n++;
-    return n;
+    w->retire = 1;
+    fb_pool_note(p, w);
 }
 
 static int launch_worker(struct fiber_pool *p)
@@ -139,7 +135,9 @@ static int launch_worker(struct fiber_pool *p)
         return rc;
     }
     w->state = W_STARTING;
+    w->index = p->n_workers;
     p->workers[p->n_workers++] = w;
+    fb_pool_note(p, w);
     p->st.workers_started++;
     return 0;
 }
@@ -250,6 +248,7 @@ static void requeue(struct fiber_pool *p, struct fb_worker *w, int charge_lone,
     }
     w->head = w->tail = NULL;
     w->inflight = 0;
+    fb_pool_note(p, w);
 }
 
 /* The worker reports that the task at `offset` of its first chunk is
@@ -281,6 +280,7 @@ static int on_fault(struct fiber_pool *p, struct fb_worker *w,
             w->tail = NULL;
         free(c);
     }
+    fb_pool_note(p, w);
     return 0;
 }
 
@@ -291,6 +291,8 @@ static void close_conn(struct fiber_pool *p, struct fb_worker *w)
     epoll_ctl(p->epfd, EPOLL_CTL_DEL, w->conn.fd, NULL);
     fb_conn_close(&w->conn);
     w->has_conn = 0;
+    w->want_out = w->out_armed = 0;
+    fb_pool_note(p, w);
 }
 
 /* The worker's connection ended or broke, or it stopped heart-beating. */
@@ -302,6 +304,7 @@ static void worker_lost(struct fiber_pool *p, struct fb_worker *w,
     int was_ready = w->state == W_READY;
     close_conn(p, w);
     w->state = W_GONE;
+    fb_pool_note(p, w);
     if (!w->asked_to_stop) {
         fb_log_warn("pool worker '%s' lost: %s", w->job->name, why);
         if (!w->faulted)
@@ -317,12 +320,14 @@ static void worker_lost(struct fiber_pool *p, struct fb_worker *w,
 
 static void remove_worker(struct fiber_pool *p, struct fb_worker *w)
 {
-    for (int i = 0; i < p->n_workers; i++) {
-        if (p->workers[i] == w) {
-            p->workers[i] = p->workers[--p->n_workers];
-            break;
-        }
-    }
+    w->state = W_GONE;
+    w->inflight = 0;
+    fb_pool_note(p, w);
+    for (int k = 0; k < WL_N; k++)
+        fb_wlist_drop(w, k);
+    int i = w->index;
+    p->workers[i] = p->workers[--p->n_workers];
+    p->workers[i]->index = i;
     fb_rt_forget(w->job);
     free(w);
 }
@@ -374,8 +379,10 @@ static void worker_connected(struct fiber_pool *p, struct fb_worker *w,
         .init_task_len = (uint8_t)(p->init_task ? strlen(p->init_task) : 0),
         .init_arg = p->init_arg,
         .init_arg_len = (uint32_t)p->init_arg_len};
+    fb_pool_note(p, w);
     if (fb_wire_put_pool(&w->conn.out, &m) != 0)
         worker_lost(p, w, fiber_last_error());
+    fb_pool_note(p, w);
 }
 
 /* Returns 1 if there was news. */
@@ -408,11 +415,25 @@ static int process_inbox(struct fiber_pool *p)
  * long duration is held alone, so a busy worker never sits on work that
  * an idle one could start (the round trip is small next to the task);
  * short tasks are held two or more at a time to hide the round trip. */
+/* The work a chunk should hold: ~200 us, or more when the pool is so
+ * large that chunks that small would make the master exchange more than
+ * CHUNKS_PER_S messages a second each way (2,048 workers running 10 ms
+ * tasks one at a time: 204,800).  Then each worker gets chunks of
+ * n_live / CHUNKS_PER_S seconds of work, and its results come back
+ * together (worker.c reports a running chunk's results every 100 ms). */
+static double chunk_work_ns(const struct fiber_pool *p)
+{
+    double by_rate = (double)p->n_live * 1e9 / CHUNKS_PER_S;
+    return by_rate > AUTO_CHUNK_NS ? by_rate : AUTO_CHUNK_NS;
+}
+
 static uint32_t credit_limit(const struct fiber_pool *p)
 {
     if (p->task_ns <= 0 || p->task_ns > LONG_TASK_NS)
         return 1;
-    double c = CREDIT_NS / p->task_ns;
+    /* Enough for two chunks, so the next is there when one ends. */
+    double hold = 2 * chunk_work_ns(p);
+    double c = (hold > CREDIT_NS ? hold : CREDIT_NS) / p->task_ns;
     return c < 2 ? 2 : c > MAX_CREDIT ? MAX_CREDIT : (uint32_t)c;
 }
 
@@ -425,7 +446,7 @@ static size_t chunk_size(const struct fiber_pool *p, const struct fb_batch *b,
     } else if (p->task_ns <= 0) {
         c = 1;
     } else {
-        double want = AUTO_CHUNK_NS / p->task_ns;
+        double want = chunk_work_ns(p) / p->task_ns;
         c = want < 1 ? 1 : want > MAX_AUTO_CHUNK ? MAX_AUTO_CHUNK : (size_t)want;
         int alive = p->n_live;
         size_t fair = remaining / (size_t)(4 * (alive > 0 ? alive : 1));
@@ -458,6 +479,18 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
     struct fb_chunk *c = calloc(1, sizeof *c);
     if (!c)
         return 0;
+    if (b->has_shared != w->shared_told ||
+        (b->has_shared && memcmp(&b->shared, &w->shared, sizeof w->shared))) {
+        /* The chunks from here on belong to another call's shared
+         * argument (or none). */
+        if (fb_wire_put_obj_call(&w->conn.out,
+                                 b->has_shared ? b->shared.bytes : NULL)) {
+            free(c);
+            return 0;
+        }
+        w->shared_told = b->has_shared;
+        w->shared = b->shared;
+    }
     size_t mark, sent = 0, start_len = w->conn.out.len;
     c->id = ++p->chunk_seq;
     if (fb_wire_task_begin(&w->conn.out, c->id, b->task, b->task_len,
@@ -485,6 +518,7 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
     w->tail = c;
     w->inflight += (uint32_t)sent;
     w->assigned += sent;
+    fb_pool_note(p, w);
     return sent;
 fail:
     w->conn.out.len = start_len;
@@ -528,6 +562,7 @@ static int feed_one(struct fiber_pool *p, struct fb_worker *w, uint32_t limit)
             continue; /* completed meanwhile (a late result) */
         if (send_chunk(p, w, r.b, r.index, 1, r.attempts) == 1) {
             w->tail->isolated = 1;
+            fb_pool_note(p, w);
             return 1;
         }
         retry_push(p, r.b, r.index, r.attempts, 1);
@@ -556,7 +591,7 @@ static int feed_one(struct fiber_pool *p, struct fb_worker *w, uint32_t limit)
     if (b->next == b->n)
         fb_pool_unqueue(p, b);
     if (p->maxtasks > 0 && w->assigned >= (uint64_t)p->maxtasks)
-        w->retire = 1; /* STOP once it has answered */
+        set_retire(p, w); /* STOP once it has answered */
     return sent > 0;
 }
 
@@ -571,45 +606,61 @@ static void feed_worker(struct fiber_pool *p, struct fb_worker *w)
     }
 }
 
-void fb_pool_dispatch(struct fiber_pool *p)
+static int work_waiting(const struct fiber_pool *p)
 {
-    if (p->terminated || p->n_workers == 0 ||
-        (RETRIES(p) == 0 && p->queued == 0))
-        return;
-    int n = p->n_workers;
-    uint32_t limit = credit_limit(p);
-    /* Breadth first: every idle worker gets work before any worker gets
-     * more, so a batch smaller than the pool spreads over all of it. */
-    for (int k = 0; k < n; k++) {
-        struct fb_worker *w = p->workers[(p->rr + k) % n];
-        if (w->state == W_READY && !w->retire && w->has_conn &&
-            w->inflight == 0 && !feed_one(p, w, limit) && w->inflight == 0)
-            break; /* nothing left to give */
-    }
-    for (int k = 0; k < n; k++) {
-        struct fb_worker *w = p->workers[(p->rr + k) % n];
-        if (w->state == W_READY && !w->retire && w->has_conn)
-            feed_worker(p, w);
-    }
-    p->rr = (p->rr + 1) % n;
+    return !p->terminated && (RETRIES(p) > 0 || p->queued > 0);
 }
 
+/* Feeds the workers that want work, from the sets kept as they change:
+ * the cost is in the tasks sent, not in the workers that exist. */
+void fb_pool_dispatch(struct fiber_pool *p)
+{
+    uint32_t limit = p->credit;
+    /* Breadth first: every idle worker gets work before any worker gets
+     * more, so a batch smaller than the pool spreads over all of it.
+     * feed_one takes a fed worker off the idle set (fb_pool_note). */
+    while (work_waiting(p) && p->idle.head) {
+        struct fb_worker *w = p->idle.head;
+        if (!feed_one(p, w, limit) && w->inflight == 0)
+            break; /* nothing left to give */
+        fb_pool_note(p, w);
+    }
+    /* Then the others up to their credit, oldest first; feed_worker
+     * takes each off the hungry set once it is full. */
+    struct fb_worker *w = p->hungry.head;
+    while (work_waiting(p) && w) {
+        struct fb_worker *next = w->link[WL_FEED].next;
+        uint32_t had = w->inflight;
+        feed_worker(p, w);
+        fb_pool_note(p, w);
+        if (w->inflight == had)
+            break; /* nothing it could take: nor can the rest */
+        w = next;
+    }
+}
+
+/* Writes the queued output of the workers on the dirty set; one whose
+ * socket is full leaves the set until EPOLLOUT says it has room. */
 void fb_pool_flush(struct fiber_pool *p)
 {
-    for (int i = 0; i < p->n_workers; i++) {
-        struct fb_worker *w = p->workers[i];
-        if (!w->has_conn || w->conn.out_off == w->conn.out.len)
-            continue;
+    struct fb_worker *w;
+    while ((w = p->dirty.head)) {
         int rc = fb_conn_flush(&w->conn);
         if (rc < 0) {
             worker_lost(p, w, w->conn.err);
-        } else if ((rc == 1) != w->want_out) {
+        } else {
             w->want_out = rc == 1;
-            struct epoll_event ev = {
-                .events = EPOLLIN | (w->want_out ? EPOLLOUT : 0),
-                .data.ptr = w};
-            epoll_ctl(p->epfd, EPOLL_CTL_MOD, w->conn.fd, &ev);
+            if (w->want_out != w->out_armed) {
+                w->out_armed = w->want_out;
+                struct epoll_event ev = {
+                    .events = EPOLLIN | (w->out_armed ? EPOLLOUT : 0),
+                    .data.ptr = w};
+                epoll_ctl(p->epfd, EPOLL_CTL_MOD, w->conn.fd, &ev);
+            }
         }
+        fb_pool_note(p, w);
+        if (w->link[WL_DIRTY].on)
+            fb_wlist_drop(w, WL_DIRTY); /* a frame added meanwhile waits */
     }
 }
 
@@ -622,6 +673,7 @@ static void note_task_time(struct fiber_pool *p, uint64_t elapsed_ns,
     if (t < 50)
         t = 50; /* a floor: the clock's own cost */
     p->task_ns = p->task_ns <= 0 ? t : 0.8 * p->task_ns + 0.2 * t;
+    p->credit = credit_limit(p);
 }
 
 static int on_result(struct fiber_pool *p, struct fb_worker *w,
@@ -653,6 +705,7 @@ static int on_result(struct fiber_pool *p, struct fb_worker *w,
     }
     if (w->inflight == 0)
         w->idle_since_ms = fb_now_ms();
+    fb_pool_note(p, w);
     return 0;
 }
 
@@ -668,6 +721,7 @@ static int on_frame(struct fiber_pool *p, struct fb_worker *w,
         w->state = W_READY;
         w->idle_since_ms = fb_now_ms();
         p->startup_failures = 0;
+        fb_pool_note(p, w);
         return 0;
     case FB_MSG_HEARTBEAT:
         return 0;
@@ -679,8 +733,11 @@ static int on_frame(struct fiber_pool *p, struct fb_worker *w,
         snprintf(w->exit_msg, sizeof w->exit_msg, "%.*s", (int)t.len, t.text);
         return 0;
     }
-    case FB_MSG_PING:
-        return fb_wire_put_pong(&w->conn.out, h->id) == 0 ? 0 : -1;
+    case FB_MSG_PING: {
+        int rc = fb_wire_put_pong(&w->conn.out, h->id) == 0 ? 0 : -1;
+        fb_pool_note(p, w);
+        return rc;
+    }
     }
     return -1;
 }
@@ -689,8 +746,11 @@ static void on_readable(struct fiber_pool *p, struct fb_worker *w)
 {
     size_t had = w->conn.in.len;
     int rc = fb_conn_read(&w->conn);
-    if (w->conn.in.len != had)
+    if (w->conn.in.len != had) {
         w->last_heard_ms = fb_now_ms();
+        fb_wlist_push(&p->heard, w); /* now the most recently heard */
+        w->want_out = 0; /* an encrypted conn may now have its peer's key */
+    }
     struct fb_wire_hdr h;
     const uint8_t *payload;
     int got;
@@ -718,11 +778,13 @@ static void check_heartbeats(struct fiber_pool *p, uint64_t now)
     if (p->heartbeat_ms <= 0)
         return;
     uint64_t limit = (uint64_t)p->heartbeat_ms * HEARTBEAT_MISSES;
-    for (int i = 0; i < p->n_workers; i++) {
-        struct fb_worker *w = p->workers[i];
-        if (!w->has_conn || w->last_heard_ms >= now ||
-            now - w->last_heard_ms <= limit)
-            continue;
+    /* The heard set is ordered by last_heard_ms: only its head can be
+     * overdue first.  Each worker looked at here is either heard from
+     * now (moved to the tail) or lost (taken off), so this ends. */
+    struct fb_worker *w;
+    while ((w = p->heard.head)) {
+        if (w->last_heard_ms >= now || now - w->last_heard_ms <= limit)
+            break;
         /* Nobody may have read its socket for a while (an idle pool):
          * what it sent meanwhile is waiting there, and reading it updates
          * last_heard_ms (to a time after `now`: compare with a fresh
@@ -730,6 +792,8 @@ static void check_heartbeats(struct fiber_pool *p, uint64_t now)
         on_readable(p, w);
         if (w->has_conn && fb_now_ms() - w->last_heard_ms > limit)
             worker_lost(p, w, "stopped heart-beating");
+        if (p->heard.head == w)
+            fb_wlist_push(&p->heard, w); /* cannot happen; never loop */
     }
 }
 
@@ -740,25 +804,18 @@ static void autoscale(struct fiber_pool *p, uint64_t now)
     size_t backlog = p->queued + RETRIES(p);
     if (backlog > 0 && p->target < p->max_workers &&
         now - p->last_grow_ms >= TIMER_MS) {
-        int starting = 0;
-        for (int i = 0; i < p->n_workers; i++)
-            starting += p->workers[i]->state < W_READY;
-        if (starting == 0) {
+        if (p->count.starting == 0) {
             p->target++;
             p->last_grow_ms = now;
         }
     }
-    if (backlog == 0 && p->target > p->min_workers) {
-        for (int i = 0; i < p->n_workers; i++) {
-            struct fb_worker *w = p->workers[i];
-            if (w->state == W_READY && !w->retire && w->inflight == 0 &&
-                now >= w->idle_since_ms &&
-                now - w->idle_since_ms >= (uint64_t)p->idle_ms) {
-                w->retire = 1;
-                p->target--;
-                break;
-            }
-        }
+    /* The idle set's head has been idle longest. */
+    struct fb_worker *w = p->idle.head;
+    if (backlog == 0 && p->target > p->min_workers && w &&
+        now >= w->idle_since_ms &&
+        now - w->idle_since_ms >= (uint64_t)p->idle_ms) {
+        set_retire(p, w);
+        p->target--;
     }
 }
 
@@ -773,7 +830,7 @@ static void trim(struct fiber_pool *p)
                 continue;
             if (pass == 0 && w->inflight > 0)
                 continue;
-            w->retire = 1;
+            set_retire(p, w);
             excess--;
         }
     }
@@ -781,9 +838,10 @@ static void trim(struct fiber_pool *p)
 
 static void send_stops(struct fiber_pool *p)
 {
-    for (int i = 0; i < p->n_workers; i++) {
-        struct fb_worker *w = p->workers[i];
-        if (w->retire && !w->stop_sent && w->inflight == 0) {
+    struct fb_worker *w, *next;
+    for (w = p->stopq.head; w; w = next) {
+        next = w->link[WL_STOP].next;
+        if (w->inflight == 0) {
             w->asked_to_stop = 1;
             if (w->has_conn && w->state != W_STARTING) {
                 fb_wire_put_empty(&w->conn.out, FB_MSG_STOP, 0);
@@ -794,6 +852,7 @@ static void send_stops(struct fiber_pool *p)
                 fb_rt_unlock();
                 w->stop_sent = 1;
             }
+            fb_pool_note(p, w);
         }
     }
 }
@@ -815,9 +874,9 @@ static void fail_all_pending(struct fiber_pool *p, int code, const char *msg)
     }
 }
 
-/* Keeps the pool the right size.  It walks every worker, so with many
- * workers it runs at most every MAINTAIN_MS unless something changed
- * (force: the inbox had news). */
+/* Keeps the pool the right size.  It runs at most every MAINTAIN_MS
+ * unless something changed (force: the inbox had news); it walks no set
+ * of workers but the ones that need it (overdue, retiring, excess). */
 static void maintain(struct fiber_pool *p, int force)
 {
     if (p->terminated)
@@ -846,6 +905,7 @@ static void maintain(struct fiber_pool *p, int force)
     }
     send_stops(p);
     p->n_live = live_workers(p);
+    p->credit = credit_limit(p);
     p->spin_allowed = (unsigned)fb_pool_alive_workers(p) + 1 <= p->ncpu;
 }
 
@@ -881,8 +941,10 @@ static void handle_events(struct fiber_pool *p, struct epoll_event *evs,
         struct fb_worker *w = evs[i].data.ptr;
         if (!w->has_conn)
             continue;
-        if (evs[i].events & EPOLLOUT)
-            w->want_out = 1; /* fb_pool_flush re-evaluates */
+        if (evs[i].events & EPOLLOUT) {
+            w->want_out = 0; /* fb_pool_flush re-evaluates */
+            fb_pool_note(p, w);
+        }
         if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
             on_readable(p, w);
     }
@@ -892,7 +954,7 @@ static void handle_events(struct fiber_pool *p, struct epoll_event *evs,
  * when the machine has a core to spare, then blocks. */
 static void wait_events(struct fiber_pool *p, int timeout_ms)
 {
-    struct epoll_event evs[64];
+    struct epoll_event evs[256];
     int n = 0;
     unsigned spin_us = p->spin_allowed ? fb_spin_budget(&p->spin) : 0;
     pthread_mutex_unlock(&p->mu);
@@ -942,12 +1004,8 @@ void fb_pool_run_callbacks(struct fiber_pool *p)
 
 static int timer_needed(const struct fiber_pool *p)
 {
-    if (p->heartbeat_ms > 0 || p->max_workers > 0)
-        return 1;
-    for (int i = 0; i < p->n_workers; i++)
-        if (p->workers[i]->state == W_STARTING)
-            return 1;
-    return 0;
+    return p->heartbeat_ms > 0 || p->max_workers > 0 ||
+           p->count.starting > 0;
 }
 
 int fb_pool_progress(struct fiber_pool *p, int (*done)(void *), void *arg,
@@ -987,13 +1045,7 @@ static int outstanding(struct fiber_pool *p)
         return 1;
     if (!p->terminated && live_workers(p) != p->target)
         return 1; /* a resize to carry out */
-    for (int i = 0; i < p->n_workers; i++) {
-        struct fb_worker *w = p->workers[i];
-        if (w->inflight || w->state == W_STARTING || w->state == W_INIT ||
-            (w->retire && !w->stop_sent))
-            return 1;
-    }
-    return 0;
+    return p->count.inflight || p->count.starting || p->count.stopping;
 }
 
 static int bg_done(void *arg)
@@ -1047,6 +1099,12 @@ int fb_pool_sched_init(struct fiber_pool *p)
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->evfd};
     if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->evfd, &ev) != 0)
         return fb_err_errno(FIBER_ESYS, "epoll_ctl");
+    fb_wlist_init(&p->idle, WL_FEED);
+    fb_wlist_init(&p->hungry, WL_FEED);
+    fb_wlist_init(&p->dirty, WL_DIRTY);
+    fb_wlist_init(&p->heard, WL_HEARD);
+    fb_wlist_init(&p->stopq, WL_STOP);
+    p->credit = credit_limit(p);
     return 0;
 }
 

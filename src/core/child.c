@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/object_int.h"
 #include "core/child.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -106,6 +107,8 @@ static void read_boot(struct boot *b)
     const char *run = getenv("FIBER_BOOT_RUN");
     if (run)
         fb_strlcpy(fb_rt()->run_id, run, sizeof fb_rt()->run_id);
+    fb_objects_set_master(getenv("FIBER_BOOT_OBJECTS"));
+    unsetenv("FIBER_BOOT_OBJECTS");
     unsetenv("FIBER_BOOT_ADDR");
     unsetenv("FIBER_BOOT_JOB");
     unsetenv("FIBER_BOOT_NAME");

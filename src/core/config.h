@@ -50,6 +50,8 @@ struct fb_config {
     char k8s_volumes[512];      /* "claim:/path[:ro],..." PVC mounts */
     int k8s_host_network;       /* pods use the node's network; 0 */
     char k8s_pull_policy[16];   /* imagePullPolicy; "" = cluster default */
+    int object_cache_mb;        /* a child's cache of shared objects; 4096 */
+    int object_shm;             /* same-host children map the master's copy */
 };
 
 /* Fills c with the built-in defaults. */

@@ -15,6 +15,7 @@
 
 #include <sodium.h>
 
+#include "api/object_int.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
@@ -336,6 +337,7 @@ FIBER_API void fiber_shutdown(void)
     if (!active)
         return;
     fb_master_objsrv_stop();
+    fb_objects_shutdown();
     fb_service_stop();
     fb_rt_lock();
     if (rt.backend) {
@@ -501,14 +503,15 @@ static char **job_env(const struct fb_jobrec *j, const fiber_job_opts *opts)
     if (!env)
         return NULL;
     char var[700];
-    const char *boot[4][2] = {{"ADDR", rt.address},
+    const char *boot[5][2] = {{"ADDR", rt.address},
                               {"NAME", j->name},
                               {"RUN", rt.run_id},
-                              {"JOB", NULL}};
+                              {"JOB", NULL},
+                              {"OBJECTS", fb_objects_master_address()}};
     char id[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
     boot[3][1] = id;
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 5; i++) {
         snprintf(var, sizeof var, "FIBER_BOOT_%s=%s", boot[i][0], boot[i][1]);
         if (!(env[n++] = strdup(var)))
             goto fail;

@@ -3,9 +3,11 @@
  *
  * The loop takes TASK chunks in order, runs each item, and sends RESULT
  * frames.  Results are batched: they go out when no more tasks are
- * buffered (so a stream of tiny tasks costs few system calls), or every
- * FLUSH_NS while a long chunk runs (so the master sees progress and a
- * crash loses little).  Waiting for work, it spins for spin_us (the master
+ * buffered (so a stream of tiny tasks costs few system calls), after a
+ * chunk that took more than FLUSH_NS, or every PARTIAL_NS while a long
+ * chunk runs (so the master sees progress and a crash loses little; the
+ * master sends chunks of many long tasks only to pools so large that a
+ * message per task would be its bottleneck).  Waiting for work, it spins for spin_us (the master
  * allows it only when workers do not outnumber cores) before it blocks.
  *
  * When a task dies of a fatal signal (or calls exit()), a handler sends
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/object_int.h"
 #include "core/child.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -30,6 +33,7 @@
 #include "core/task.h"
 
 #define FLUSH_NS 2000000u
+#define PARTIAL_NS 100000000u /* a running chunk reports every 100 ms */
 #define FB_EXIT_INIT 126 /* the initializer failed */
 
 struct worker {
@@ -157,7 +161,9 @@ static void run_item(struct worker *w, fiber_task_fn fn, const char *task,
     int rc;
     if (fn) {
         w->running = 1;
+        fb_objects_task_begin();
         rc = fn(w->arg.data, len, &w->result);
+        fb_objects_task_end(); /* what it resolved may be evicted now */
         w->running = 0;
     } else {
         rc = fiber_task_fail("task '%s' is not registered in this worker",
@@ -212,7 +218,7 @@ static void run_chunk(struct worker *w, const struct fb_wire_hdr *h,
         uint64_t now = fb_now_ns();
         /* A long chunk reports what is done so far; so does one whose
          * results would outgrow a message. */
-        if (k + 1 < m.count && (now - w->last_send_ns > FLUSH_NS ||
+        if (k + 1 < m.count && (now - w->last_send_ns > PARTIAL_NS ||
                                 w->stage.len - w->mark > w->max_result)) {
             fb_wire_result_end(&w->stage, w->mark, w->in_frame, now - t0);
             send_staged(w, 0);
@@ -277,6 +283,13 @@ static void wait_input(struct worker *w)
             }
         } while (fb_now_ns() < until);
         fb_spin_result(&w->spin, 0);
+    } else {
+        /* With credit the next task is often in the socket already: one
+         * read finds it without a poll first. */
+        if (fb_conn_read(c) != 0)
+            fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", c->err);
+        if (c->in.len - c->in_off != before)
+            return;
     }
     for (;;) {
         short events = POLLIN;
@@ -331,6 +344,12 @@ static int on_frame(struct worker *w, const struct fb_wire_hdr *h,
     case FB_MSG_PING:
         fb_wire_put_pong(&w->stage, h->id);
         return 0;
+    case FB_MSG_OBJ_CALL: {
+        const uint8_t *ref;
+        fb_wire_get_obj_call(p, h->len, &ref, NULL, 0);
+        fb_objects_set_task_shared(ref);
+        return 0;
+    }
     }
     return fb_err(FIBER_EPROTO, "unexpected %s from the master",
                   fb_msg_type_name(h->type));

@@ -611,6 +611,9 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
     case FB_MSG_HEARTBEAT:
         return fb_wire_get_empty(h->len, err, errlen);
     }
+    int obj = fb_wire_check_obj(h, p, err, errlen);
+    if (obj != 1)
+        return obj;
     return proto_fail(err, errlen, "header type: unknown value %u", h->type);
 }
 

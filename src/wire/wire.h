@@ -71,6 +71,33 @@
  *            bytes); when status != 0, one item: the failure text.
  *            Replies may come in any order.
  *
+ *  Shared blobs (fiber_object_*; wire_obj.c), on the master's blob
+ *  server's socket or a worker's relay socket; the client first sends
+ *  HELLO (job id 0) and gets WELCOME.  A ref is 40 bytes: the BLAKE2b-256
+ *  hash of the bytes, then their length as a u64.  An address is 5..600
+ *  bytes of printable ASCII (0x21..0x7e) starting "unix:" or "tcp:".
+ *   OBJ_GET  client->server: header id = request id.  ref[40]
+ *   OBJ_DATA server->client: header id = the request's id.  u64 offset |
+ *            bytes (the rest; pieces come in order, the last ends at the
+ *            ref's length; an empty blob is one empty piece)
+ *   OBJ_FROM master->client: fetch it from a worker that holds it
+ *            instead: header id = the request's id.  address (the whole
+ *            payload)
+ *   OBJ_NONE server->client: header id = the request's id, code = a
+ *            FIBER_E* code (negative).  text (why)
+ *   OBJ_HAVE client->master: I now hold ref and serve it at addr; I got it
+ *            from `from` (empty: from the master).  ref[40] | u16 n |
+ *            addr[n] (an address) | u16 m | from[m] (empty or an address)
+ *   OBJ_BAD  client->master: the holder at addr failed to give ref.
+ *            ref[40] | u16 n | addr[n] (an address)
+ *   OBJ_FILE master->client on the same host (unix transport): map the
+ *            master's own copy instead of receiving it.  header id = the
+ *            request's id.  path (the whole payload: 2..4095 bytes of
+ *            printable ASCII, starting with '/')
+ *   OBJ_CALL master->pool worker, on the pool connection: the TASK chunks
+ *            that follow belong to calls whose shared argument is ref
+ *            (fiber_task_shared).  ref[40], or empty: none.
+ *
  * TEXT payloads (REJECT, EXIT) are the whole payload: their length is the
  * header's len, with no prefix of their own.
  */
@@ -113,7 +140,15 @@
     X(FAULT, 14)                                                               \
     X(OCALL, 15)                                                               \
     X(OREPLY, 16)                                                              \
-    X(NOTE, 17)
+    X(NOTE, 17)                                                                \
+    X(OBJ_GET, 30)                                                             \
+    X(OBJ_DATA, 31)                                                            \
+    X(OBJ_FROM, 32)                                                            \
+    X(OBJ_NONE, 33)                                                            \
+    X(OBJ_HAVE, 34)                                                            \
+    X(OBJ_BAD, 35)                                                             \
+    X(OBJ_CALL, 36)                                                            \
+    X(OBJ_FILE, 37)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -293,6 +328,67 @@ int fb_wire_put_ocall(fiber_buf *out, uint64_t id, int32_t op, uint32_t obj,
                       size_t count);
 int fb_wire_put_oreply(fiber_buf *out, uint64_t id, int32_t status,
                        const fiber_iov *items, size_t count);
+
+/* ---- shared blobs (wire_obj.c) ---- */
+#define FB_WIRE_REF_LEN 40u
+#define FB_WIRE_ADDR_MAX 600u
+
+struct fb_msg_obj_data {
+    uint64_t offset;
+    const uint8_t *bytes;
+    uint32_t len;
+};
+
+struct fb_msg_obj_have {
+    const uint8_t *ref; /* FB_WIRE_REF_LEN bytes */
+    const char *addr;
+    uint16_t addr_len;
+    const char *from; /* may be empty */
+    uint16_t from_len;
+};
+
+/* OBJ_GET: exactly a ref. */
+int fb_wire_get_obj_get(const uint8_t *p, size_t len, const uint8_t **ref,
+                        char *err, size_t errlen);
+int fb_wire_get_obj_data(const uint8_t *p, size_t len,
+                         struct fb_msg_obj_data *m, char *err, size_t errlen);
+/* OBJ_FROM: an address. */
+int fb_wire_get_obj_from(const uint8_t *p, size_t len, const char **addr,
+                         uint32_t *addr_len, char *err, size_t errlen);
+/* OBJ_NONE: code must be negative; the payload is text. */
+int fb_wire_get_obj_none(int32_t code, const uint8_t *p, size_t len,
+                         struct fb_msg_text *m, char *err, size_t errlen);
+/* OBJ_FILE: a path. */
+int fb_wire_get_obj_file(const uint8_t *p, size_t len, const char **path,
+                         uint32_t *path_len, char *err, size_t errlen);
+int fb_wire_put_obj_file(fiber_buf *out, uint64_t id, const char *path);
+/* OBJ_CALL: *ref is NULL when the payload is empty. */
+int fb_wire_get_obj_call(const uint8_t *p, size_t len, const uint8_t **ref,
+                         char *err, size_t errlen);
+int fb_wire_put_obj_call(fiber_buf *out, const uint8_t *ref);
+/* OBJ_HAVE and OBJ_BAD (which has no `from`: from_len is 0). */
+int fb_wire_get_obj_have(const uint8_t *p, size_t len,
+                         struct fb_msg_obj_have *m, char *err, size_t errlen);
+int fb_wire_get_obj_bad(const uint8_t *p, size_t len,
+                        struct fb_msg_obj_have *m, char *err, size_t errlen);
+
+int fb_wire_put_obj_get(fiber_buf *out, uint64_t id,
+                        const uint8_t ref[FB_WIRE_REF_LEN]);
+/* Appends only the header and the offset: the caller appends len bytes
+ * right after (no copy through the encoder). */
+int fb_wire_put_obj_data_hdr(fiber_buf *out, uint64_t id, uint64_t offset,
+                             uint32_t len);
+int fb_wire_put_obj_from(fiber_buf *out, uint64_t id, const char *addr);
+int fb_wire_put_obj_none(fiber_buf *out, uint64_t id, int32_t code,
+                         const char *text);
+int fb_wire_put_obj_have(fiber_buf *out, const uint8_t ref[FB_WIRE_REF_LEN],
+                         const char *addr, const char *from);
+int fb_wire_put_obj_bad(fiber_buf *out, const uint8_t ref[FB_WIRE_REF_LEN],
+                        const char *addr);
+/* The payload check for the types above (fb_wire_check_payload calls it):
+ * returns 0, FIBER_EPROTO, or 1 when h->type is not one of them. */
+int fb_wire_check_obj(const struct fb_wire_hdr *h, const uint8_t *p,
+                      char *err, size_t errlen);
 
 /* FAULT: exactly a u32 offset. */
 int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,

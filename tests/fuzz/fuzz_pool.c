@@ -140,10 +140,48 @@ static size_t popcount_bits(const uint64_t *bits, size_t n)
     return c;
 }
 
+/* The sets and totals the scheduler keeps as workers change agree with
+ * the workers themselves. */
+static void check_sets(struct fiber_pool *p)
+{
+    struct fb_wcount sum = {0};
+    for (int i = 0; i < p->n_workers; i++) {
+        struct fb_worker *w = p->workers[i];
+        FZ_REQUIRE(w->index == i, "worker %d thinks it is %d", i, w->index);
+        sum.alive += w->state != W_GONE;
+        sum.live += w->state != W_GONE && !w->retire;
+        sum.ready += w->state == W_READY;
+        sum.inflight += w->inflight;
+        /* (A worker below a credit that has just grown joins the hungry
+         * set at its next result; an idle one is always on the idle set.) */
+        int idle = w->state == W_READY && !w->retire && w->has_conn &&
+                   !(w->head && w->head->isolated) && w->inflight == 0;
+        FZ_REQUIRE(!idle || w->link[WL_FEED].on == &p->idle,
+                   "an idle worker is not on the idle set");
+        FZ_REQUIRE(!w->has_conn || w->link[WL_HEARD].on == &p->heard,
+                   "a connected worker is not on the heard set");
+    }
+    FZ_REQUIRE(sum.alive == p->count.alive && sum.live == p->count.live &&
+                   sum.ready == p->count.ready &&
+                   sum.inflight == p->count.inflight,
+               "pool totals drifted: alive %d/%d live %d/%d ready %d/%d "
+               "inflight %llu/%llu", sum.alive, p->count.alive, sum.live,
+               p->count.live, sum.ready, p->count.ready,
+               (unsigned long long)sum.inflight,
+               (unsigned long long)p->count.inflight);
+    size_t on = p->idle.len + p->hungry.len, seen = 0;
+    for (struct fb_worker *w = p->idle.head; w; w = w->link[WL_FEED].next)
+        seen++;
+    for (struct fb_worker *w = p->hungry.head; w; w = w->link[WL_FEED].next)
+        seen++;
+    FZ_REQUIRE(on == seen, "feed sets count %zu, hold %zu", on, seen);
+}
+
 static void check_books(struct state *st)
 {
     struct fiber_pool *p = st->p;
     pthread_mutex_lock(&p->mu);
+    check_sets(p);
     for (int i = 0; i < p->n_workers; i++) {
         struct fb_worker *w = p->workers[i];
         uint64_t held = 0;
@@ -318,7 +356,9 @@ static void add_worker(struct state *st)
                              (size_t)p->cap_workers * sizeof *p->workers);
         FZ_REQUIRE(p->workers, "out of memory");
     }
+    w->index = p->n_workers;
     p->workers[p->n_workers++] = w;
+    fb_pool_note(p, w);
     p->st.workers_started++;
     p->target++;
     pthread_mutex_unlock(&p->mu);

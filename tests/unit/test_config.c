@@ -29,6 +29,7 @@ static const char *const all_keys[] = {
     "slurm_sbatch_args", "k8s_server",         "k8s_token_file",
     "k8s_ca_file",       "k8s_namespace",      "k8s_config_dir",
     "k8s_volumes",       "k8s_host_network",   "k8s_pull_policy",
+    "object_cache_mb",   "object_shm",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -221,6 +222,8 @@ static const struct bad_case bad_cases[] = {
     {"k8s_pull_policy", "Whenever", "Always, IfNotPresent, Never, or nothing"},
     {"encryption", "maybe", "true or false"},
     {"max_pending_connections", "0", "from 1 to 65536"},
+    {"object_cache_mb", "0", "from 1 to 1048576"},
+    {"object_shm", "perhaps", "true or false"},
     {"image", "has space", "image reference"},
     {"docker_socket", "relative.sock", "absolute path of a unix socket"},
     {"docker_socket", "", "absolute path of a unix socket"},
@@ -309,7 +312,8 @@ TEST(apply_unknown_key)
           "max_pending_connections, slurm_dir, slurm_partition, "
           "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
           "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
-          "k8s_volumes, k8s_host_network, k8s_pull_policy");
+          "k8s_volumes, k8s_host_network, k8s_pull_policy, "
+          "object_cache_mb, object_shm");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
     CHECK_ERR(fb_config_apply(&c, "log_level", NULL, "test"), FIBER_ECONFIG);
@@ -595,7 +599,8 @@ TEST(env_unknown_variable)
           "max_pending_connections, slurm_dir, slurm_partition, "
           "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
           "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
-          "k8s_volumes, k8s_host_network, k8s_pull_policy");
+          "k8s_volumes, k8s_host_network, k8s_pull_policy, "
+          "object_cache_mb, object_shm");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 
