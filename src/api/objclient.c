@@ -447,6 +447,7 @@ static int oc_write(struct fb_oclient *c)
     c->writing = 1;
     int rc = 0;
     while (rc == 0 && fb_conn_pending(&c->conn)) {
+        c->co_wait = NULL; /* its frame leaves conn.out */
         if (c->conn.sec) {
             rc = fb_conn_flush_wait(&c->conn, UINT64_MAX);
             break;
@@ -456,7 +457,6 @@ static int oc_write(struct fb_oclient *c)
         c->conn.out = c->spare;
         c->conn.out.len = 0;
         c->conn.out_off = 0;
-        c->co_wait = NULL; /* its frame left conn.out */
         rc = send_unlocked(c, batch.data + off, batch.len - off);
         batch.len = 0;
         c->spare = batch;
