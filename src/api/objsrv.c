@@ -222,6 +222,21 @@ void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q)
     s->parked = req;
 }
 
+void fb_oreq_park_front(struct fb_oreq *req, struct fb_waitq *q)
+{
+    fb_oreq_park(req, q); /* at the tail, and on the server's list */
+    waitq_unlink(req);
+    req->wq = q;
+    req->wprev = NULL;
+    req->wnext = q->head;
+    if (q->head)
+        q->head->wprev = req;
+    else
+        q->tail = req;
+    q->head = req;
+    q->len++;
+}
+
 struct fb_oreq *fb_waitq_pop(struct fb_waitq *q)
 {
     struct fb_oreq *r = q->head;

@@ -49,7 +49,7 @@ struct fb_oreq {
     uint32_t count;       /* argument items */
     fiber_iov *items;     /* point into `raw`, owned by the request */
     uint8_t *raw;
-    uint64_t aux;         /* for the object's use while parked */
+    uint64_t aux, aux2;   /* for the object's use while parked */
     struct fb_waitq *wq;  /* the wait queue it is parked on */
     struct fb_oreq *wprev, *wnext;
     struct fb_oreq *pprev, *pnext; /* the server's list of parked */
@@ -134,6 +134,9 @@ void fb_oreq_fail(struct fb_oreq *req, int status, const char *fmt, ...)
     FIBER_PRINTF(3, 4);
 /* Parks req on q until the object answers it (or it times out). */
 void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q);
+/* Parks req at the head of q (it keeps its place: an expired request
+ * that waits on). */
+void fb_oreq_park_front(struct fb_oreq *req, struct fb_waitq *q);
 /* Takes the oldest request off q (NULL if empty), still alive. */
 struct fb_oreq *fb_waitq_pop(struct fb_waitq *q);
 /* Reads item i as a u32/u64/i64/double (exact size) into *v; 0 or -1. */

@@ -15,15 +15,20 @@
  * queue only when an application's get returned it, and what a dying
  * consumer still held goes back to the queue.  While the handle still
  * holds items and the last batch came full (demand is steady), it asks
- * for the next batch ahead of time.
+ * for the next batch ahead of time.  On the same host the "taken" is a
+ * byte in a page shared with the server (see queue_srv.c), so a get that
+ * finds its item prefetched makes no system call at all.
  *
  * A pipe is two queues (one per direction), so either end can be handed
  * to any process of the run.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "api/objsrv.h"
 #include "api/queue_ops.h"
@@ -59,6 +64,8 @@ struct fiber_queue {
     uint32_t batch_left;
     int batch_full;             /* the last batch filled its window */
     uint64_t next_seq;
+    uint8_t *marks;             /* the page shared with the server */
+    char marks_name[64];        /* its name while the server may map it */
     uint64_t *leases;           /* held, not acknowledged */
     size_t n_leases, leases_size;
 };
@@ -179,15 +186,70 @@ FIBER_API int fiber_queue_flush(fiber_queue *q, int timeout_ms)
 
 /* ---- getting ------------------------------------------------------------- */
 
+/* Makes the page of take marks in the server's socket directory (same
+ * host only: a unix address); its name goes with the first get.  On any
+ * failure the handle sends TAKEN messages instead. */
+static void make_marks(fiber_queue *q)
+{
+    const char *slash = strrchr(q->h.addr, '/');
+    if (strncmp(q->h.addr, "unix:", 5) != 0 || !slash)
+        return;
+    char path[700];
+    snprintf(q->marks_name, sizeof q->marks_name, "qack-%ld-%u-%u",
+             (long)getpid(), q->cid, (unsigned)(fb_now_ns() & 0xffffff));
+    snprintf(path, sizeof path, "%.*s/%s", (int)(slash - (q->h.addr + 5)),
+             q->h.addr + 5, q->marks_name);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        q->marks_name[0] = '\0';
+        return;
+    }
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, FB_QACK_SLOTS) == 0)
+        p = mmap(NULL, FB_QACK_SLOTS, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        unlink(path);
+        q->marks_name[0] = '\0';
+        return;
+    }
+    q->marks = p;
+}
+
+/* The server did not map the page: forget it (and its file). */
+static void drop_marks(fiber_queue *q)
+{
+    if (q->marks_name[0]) {
+        const char *slash = strrchr(q->h.addr, '/');
+        char path[700];
+        snprintf(path, sizeof path, "%.*s/%s", (int)(slash - (q->h.addr + 5)),
+                 q->h.addr + 5, q->marks_name);
+        unlink(path); /* ENOENT when the server took it */
+        q->marks_name[0] = '\0';
+    }
+    if (q->marks)
+        munmap(q->marks, FB_QACK_SLOTS);
+    q->marks = NULL;
+}
+
 /* Asks for up to n items; mu held. */
 static int ask(fiber_queue *q, uint32_t n, int refill, int timeout_ms)
 {
     uint32_t args[3] = {q->cid, n, refill ? FB_QGET_REFILL : 0};
-    fiber_iov items[3] = {{&args[0], 4}, {&args[1], 4}, {&args[2], 4}};
+    fiber_iov items[4] = {{&args[0], 4}, {&args[1], 4}, {&args[2], 4}};
+    size_t count = 3;
+    if (!q->consumed) {
+        make_marks(q);
+        if (q->marks) {
+            items[3] = (fiber_iov){q->marks_name, strlen(q->marks_name)};
+            count = 4;
+        }
+    }
     q->consumed = 1;
     q->pending_refill = refill;
     return fb_ocall_begin(q->h.c, q->h.obj, FB_QOP_GET, refill ? -1 : timeout_ms,
-                          items, 3, &q->pending);
+                          items, count, &q->pending);
 }
 
 /* The pending GET was answered: its items become the batch, or its
@@ -200,17 +262,22 @@ static int install(fiber_queue *q)
     const void *d;
     size_t len;
     if (rc == 0 && (r->count < 1 || fb_oresult_item(r, 0, &d, &len) != 0 ||
-                    len != 8))
+                    len != 16))
         rc = fb_err(FIBER_EPROTO, "a queue's get answered without a "
                                   "sequence number");
     else if (rc)
         fb_err(rc, "%s", text);
     if (rc == 0) {
+        uint64_t flags;
         memcpy(&q->next_seq, d, 8);
+        memcpy(&flags, (const uint8_t *)d + 8, 8);
+        if (q->marks_name[0] && !(flags & FB_QREPLY_MARKS))
+            drop_marks(q); /* the server does not read it */
+        q->marks_name[0] = '\0'; /* the server took it (or never will) */
         fb_oresult_free(&q->batch);
         q->batch = *r; /* take the reply's buffer */
         memset((void *)r, 0, sizeof *r);
-        q->cursor = (const uint8_t *)d + 8;
+        q->cursor = (const uint8_t *)d + 16;
         q->batch_left = q->batch.count - 1;
         /* Demand is steady while batches come back full. */
         q->batch_full = q->batch_left > 0 &&
@@ -231,9 +298,15 @@ static int take(fiber_queue *q, fiber_buf *out, uint32_t how, uint64_t *seq)
     q->cursor = data + len;
     q->batch_left--;
     *seq = q->next_seq++;
-    uint32_t cid = q->cid;
-    fiber_iov items[3] = {{&cid, 4}, {seq, 8}, {&how, 4}};
-    int rc = fb_ocall_post(q->h.c, q->h.obj, FB_QOP_TAKEN, items, 3);
+    int rc = 0;
+    if (q->marks) {
+        __atomic_store_n(&q->marks[*seq % FB_QACK_SLOTS],
+                         (uint8_t)(how == 1 ? 2 : 1), __ATOMIC_RELEASE);
+    } else {
+        uint32_t cid = q->cid;
+        fiber_iov items[3] = {{&cid, 4}, {seq, 8}, {&how, 4}};
+        rc = fb_ocall_post(q->h.c, q->h.obj, FB_QOP_TAKEN, items, 3);
+    }
     if (rc == 0 && out)
         rc = fiber_buf_append(out, data, len);
     /* Steady demand: ask for the next batch before this one runs out. */
@@ -407,6 +480,7 @@ static void queue_drop(fiber_queue *q, int destroy)
         fb_ocall(q->h.c, q->h.obj, FB_QOP_FREE, -1, NULL, 0, NULL);
     fb_oresult_free(&q->batch);
     free(q->leases);
+    drop_marks(q); /* the server has its own mapping */
     fb_ohandle_close(&q->h);
     pthread_mutex_destroy(&q->mu);
     free(q);

@@ -6,10 +6,11 @@
  *   PUT      items: the messages (1 or more).  Answered once all are in
  *            the queue (those that do not fit wait, in order); FIBER_EAGAIN
  *            at once when the queue is full and the timeout is 0.
- *   GET      items: u32 consumer id | u32 window (>= 1) | u32 flags.
- *            Lends up to `window` items (at most FB_QGET_MAX) to the
- *            consumer and answers u64 first sequence number, then the
- *            items; waits while the queue is empty, except with
+ *   GET      items: u32 consumer id | u32 window (>= 1) | u32 flags
+ *            [| the name of the consumer's mark page, in its first get].
+ *            Lends up to `window` items (at most FB_QGET_MAX untaken) to
+ *            the consumer and answers u64 first sequence number | u64
+ *            flags (FB_QREPLY_MARKS: the page is read), then the items; waits while the queue is empty, except with
  *            FB_QGET_REFILL (a prefetch: answered at once, with no items
  *            when the queue is empty or other getters wait).
  *   SIZE     no items; answers u64: items queued or lent, not yet taken.
@@ -39,5 +40,7 @@
 
 #define FB_QGET_REFILL 1u
 #define FB_QGET_MAX 1024u
+#define FB_QREPLY_MARKS 1u
+#define FB_QACK_SLOTS 4096u /* bytes in a mark page: > FB_QGET_MAX */
 
 #endif /* FB_QUEUE_OPS_H */

@@ -4,8 +4,8 @@
  *
  * The kill cases: the master puts ITEMS numbered items on a queue while
  * three consumer processes take them (prefetching, as every consumer
- * does); every ~40 ms the master SIGKILLs a random consumer and starts
- * a replacement.  Each consumer appends the number of every item it got
+ * does); every ITEMS/16 puts the master SIGKILLs a random consumer and
+ * starts a replacement.  Each consumer appends the number of every item it got
  * to a file of its own, with one write() per item, so what it recorded
  * survives its death.  At the end the files are counted:
  *   - plain gets: no item recorded twice; an item may be missing only if
@@ -32,7 +32,7 @@
 #include "harness.h"
 
 #define CONSUMERS 3
-#define KILL_EVERY_MS 40
+#define KILLS 16 /* a consumer is killed every ITEMS / KILLS puts */
 
 struct consumer_arg {
     int lease;
@@ -148,25 +148,21 @@ static void transfer_with_kills(int lease)
     for (int i = 0; i < CONSUMERS; i++)
         cons[i] = start_consumer(dir, i, lease, &h);
     unsigned seed = (unsigned)time(NULL);
-    uint64_t next_kill = 0;
+    long kill_every = items / KILLS;
     int kills = 0;
-    struct timespec t;
     for (long i = 0; i < items; i++) {
         uint32_t n = (uint32_t)i;
         CHECK_OK(fiber_queue_put(q, &n, sizeof n, -1));
-        if ((i & 255) != 0)
+        if (i == 0 || i % kill_every != 0)
             continue;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t now = (uint64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-        if (next_kill == 0)
-            next_kill = now + KILL_EVERY_MS;
-        if (now < next_kill)
-            continue;
+        /* Let the consumers get going (a fresh one starts in a few ms),
+         * then kill one at random, mid-stream. */
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
         int victim = (int)(rand_r(&seed) % CONSUMERS);
         kill_and_reap(cons[victim]);
         cons[victim] = start_consumer(dir, victim, lease, &h);
         kills++;
-        next_kill = now + KILL_EVERY_MS;
     }
     CHECK_OK(fiber_queue_flush(q, 60000));
     /* Wait until everything was taken, then close to end the consumers. */
@@ -200,7 +196,7 @@ static void transfer_with_kills(int lease)
     printf("%ld items, %d consumers killed: %ld missing, %ld twice "
            "(%s)\n",
            items, kills, missing, twice, lease ? "leases" : "plain gets");
-    CHECK(kills >= 3); /* the case killed something */
+    CHECK_EQ(kills, KILLS - 1); /* the case killed consumers */
     if (lease) {
         CHECK_EQ(missing, 0);
         CHECK(twice <= kills);
@@ -328,7 +324,9 @@ TEST(freeing_queues_keeps_the_master_flat)
     /* 10,000 leaked queues holding a 1 KiB message each would add more
      * than 10 MiB between the first and the last round. */
     CHECK(rss[ROUNDS - 1] - rss[0] < 4096);
-    CHECK_EQ(fds[ROUNDS - 1], fds[0]);
+    /* One leaked descriptor per queue would be 15,000 more; the server
+     * thread may hold one for a moment (a consumer's mark page). */
+    CHECK(fds[ROUNDS - 1] <= fds[0] + 1);
     /* A freed queue is gone for every handle. */
     fiber_queue *q, *other;
     CHECK_OK(fiber_queue_create(&q, 0));
