@@ -725,6 +725,26 @@ int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
     return rc;
 }
 
+static int no_puts_in_flight(void *arg)
+{
+    for (struct fb_owait *w = ((struct fb_oclient *)arg)->waits; w; w = w->next)
+        if (w->credit)
+            return 0;
+    return 1;
+}
+
+void fb_oclients_drain(uint64_t deadline_ms)
+{
+    pthread_mutex_lock(&clients_mu);
+    for (struct fb_oclient *c = clients; c; c = c->next) {
+        pthread_mutex_lock(&c->mu);
+        oc_write(c);
+        wait_until(c, no_puts_in_flight, c, deadline_ms);
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&clients_mu);
+}
+
 int fb_oopen(struct fb_oclient *c, const char *kind, const char *name,
              const fiber_iov *params, size_t n, uint32_t *id)
 {

@@ -217,6 +217,11 @@ int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
 int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
                     uint64_t limit, uint64_t deadline_ms);
 
+/* Waits until every pipelined put of this process (on any connection)
+ * is answered, or the deadline passes: a child calls it when its target
+ * returns, so puts on handles it never freed are not lost at exit. */
+void fb_oclients_drain(uint64_t deadline_ms);
+
 /* What every handle on a server object holds: the connection, the object
  * id, and the address and token that a serialised handle carries. */
 struct fb_ohandle {

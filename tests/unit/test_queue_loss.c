@@ -381,4 +381,43 @@ TEST(free_wakes_waiters_and_detach_keeps_the_queue)
     fiber_buf_free(&h);
 }
 
+/* Pipelined puts, then the target returns without freeing its handle:
+ * the child still delivers every message before it exits. */
+FIBER_TASK(loss_put_and_leave)
+{
+    fiber_queue *q;
+    if (fiber_queue_open(&q, arg, len) != 0)
+        return 100;
+    for (int32_t i = 0; i < 50000; i++)
+        if (fiber_queue_put(q, &i, sizeof i, -1) != 0)
+            return 101;
+    return 0; /* no fiber_queue_free */
+}
+
+TEST(pipelined_puts_survive_a_target_that_returns)
+{
+    fiber_queue *q;
+    CHECK_OK(fiber_queue_create(&q, 0));
+    fiber_buf h = {0};
+    CHECK_OK(fiber_queue_serialize(q, &h));
+    fiber_process *p;
+    CHECK_OK(fiber_process_start(&p, "loss_put_and_leave", h.data, h.len,
+                                 NULL));
+    int code = -1;
+    CHECK_OK(fiber_process_join(p, 30000));
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    CHECK_EQ(code, 0);
+    fiber_process_free(p);
+    fiber_buf m = {0};
+    for (int32_t i = 0; i < 50000; i++) {
+        m.len = 0;
+        CHECK_OK(fiber_queue_get(q, &m, 0));
+        CHECK_EQ(*(int32_t *)m.data, i);
+    }
+    CHECK_ERR(fiber_queue_get(q, &m, 0), FIBER_EAGAIN);
+    fiber_buf_free(&m);
+    fiber_buf_free(&h);
+    fiber_queue_free(q);
+}
+
 TH_MAIN()
