@@ -39,6 +39,7 @@
 #define SPIN_US 50          /* the longest spin before a wait blocks */
 #define PUTN_MAX_ITEMS 4096 /* items coalesced into one pipelined put */
 #define PUTN_MAX_BYTES (256u << 10)
+#define STEADY_NS 20000 /* async calls closer than this are batched */
 
 struct fb_owait {
     uint64_t id;
@@ -75,6 +76,8 @@ struct fb_oclient {
     pthread_t flusher;
     int has_flusher, fl_idle, fl_stop;
     pthread_cond_t fl_cond;
+    uint64_t last_async_ns;
+    struct fb_owait *hint; /* the waiter the last reply went to */
     struct fb_oclient *next;
 };
 
@@ -251,6 +254,8 @@ static void unlink_wait(struct fb_oclient *c, struct fb_owait *w)
     if (!*pp)
         return;
     *pp = w->next;
+    if (c->hint == w)
+        c->hint = prev;
     if (c->waits_tail == w)
         c->waits_tail = prev;
     w->next = NULL;
@@ -305,9 +310,16 @@ static void mark_dead(struct fb_oclient *c, const char *why)
 static void deliver(struct fb_oclient *c, const struct fb_wire_hdr *h,
                     const uint8_t *p)
 {
-    struct fb_owait *w = c->waits;
+    /* Replies mostly come in the order of the calls: look after the last
+     * one matched first (many futures in flight stay in the list until
+     * they are freed). */
+    struct fb_owait *w = c->hint ? c->hint->next : NULL;
     while (w && w->id != h->id)
         w = w->next;
+    if (!w)
+        for (w = c->waits; w && w->id != h->id;)
+            w = w->next;
+    c->hint = w;
     if (!w || w->done)
         return; /* nobody asked, or it was answered already: drop it */
     struct fb_msg_oreply m;
@@ -525,6 +537,8 @@ int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
     return rc;
 }
 
+static int hand_to_flusher(struct fb_oclient *c);
+
 int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
                    int timeout_ms, const fiber_iov *items, size_t count,
                    fiber_future **f)
@@ -536,7 +550,18 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
     c->refs++; /* the future keeps the connection */
     pthread_mutex_unlock(&clients_mu);
     pthread_mutex_lock(&c->mu);
-    int rc = send_call(c, w, obj, op, timeout_ms, items, count);
+    int rc = append_call(c, w, obj, op, timeout_ms, items, count);
+    /* Calls in quick succession (many futures in flight) go out in
+     * batches through the flusher; a lone one is written now. */
+    uint64_t now = fb_now_ns();
+    int steady = now - c->last_async_ns < STEADY_NS;
+    c->last_async_ns = now;
+    if (rc == 0 && (!steady || c->conn.sec || hand_to_flusher(c) != 0) &&
+        oc_write(c) != 0) {
+        unlink_wait(c, w);
+        rc = fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                    c->addr, c->dead_why);
+    }
     pthread_mutex_unlock(&c->mu);
     if (rc == 0)
         rc = fb_future_from_owait(w, f);
@@ -773,6 +798,8 @@ int fb_owait_wait(struct fb_owait *w, int timeout_ms)
 {
     struct fb_oclient *c = w->c;
     pthread_mutex_lock(&c->mu);
+    if (!w->done && fb_conn_pending(&c->conn))
+        oc_write(c); /* the call may still be waiting for the flusher */
     int rc = wait_done(c, w, fb_deadline_ms(timeout_ms));
     if (rc == FIBER_ECLOSED && !w->done) {
         w->done = 1;
