@@ -476,6 +476,7 @@ static int oc_write(struct fb_oclient *c)
     c->writing = 0;
     if (rc)
         mark_dead(c, c->conn.err);
+    pthread_cond_broadcast(&c->cond); /* send_call may wait for us */
     return rc;
 }
 
@@ -507,6 +508,11 @@ static int send_call(struct fb_oclient *c, struct fb_owait *w, uint32_t obj,
                      size_t count)
 {
     int rc = append_call(c, w, obj, op, timeout_ms, items, count);
+    /* Another thread (the flusher) may be writing: wait for it, so that
+     * the frame has left when this returns (a TAKEN must be out before
+     * its get returns, and a caller may count on it). */
+    while (rc == 0 && c->writing && !c->dead)
+        pthread_cond_wait(&c->cond, &c->mu);
     if (rc == 0 && oc_write(c) != 0) {
         if (w)
             unlink_wait(c, w);
