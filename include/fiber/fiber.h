@@ -695,7 +695,11 @@ FIBER_API void fiber_queue_detach(fiber_queue *q);
 /* Creates a pipe: with duplex, both ends send and receive; otherwise a
  * sends and b receives.  Each direction holds up to 1024 messages; a send
  * to a full pipe waits.  Only the master creates pipes; either end can be
- * serialised and handed to a child. */
+ * serialised and handed to a child.  Each direction is a queue on the
+ * master's object server: a send with a negative timeout is pipelined as
+ * a queue put is, and a receiver prefetches as a queue consumer does.
+ * A pipe lives until the master's server stops (fiber_pipe_free frees an
+ * end's handle only, on either end). */
 FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex);
 
 /* Sends a message to the other end (timeouts as for queues).  On a
@@ -714,6 +718,8 @@ FIBER_API int fiber_pipe_close(fiber_pipe *p);
 
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len);
+/* Frees an end's handle (its pipelined sends are delivered first); the
+ * pipe itself stays.  NULL is a no-op. */
 FIBER_API void fiber_pipe_free(fiber_pipe *p);
 
 /* ------------------------------------------------------------------------
