@@ -586,10 +586,10 @@ FIBER_API void fiber_pool_free(fiber_pool *p);
  * application's get has returned it; the messages a dead consumer had
  * prefetched (SIGKILL, crash, lost connection) go back to the front of
  * the queue, in their order, for the others.  So each message is
- * returned to an application exactly once, except that a process killed
- * between its get returning and its next instruction simply never sees
- * its message processed (use a lease for work that must be finished:
- * fiber_queue_get_lease; then delivery is at least once).  A handle may be
+ * returned by exactly one get (exactly once to the application); a
+ * process killed after its get returned takes that message with it.
+ * For work that must be finished, use a lease (fiber_queue_get_lease,
+ * fiber_queue_ack): delivery is then at least once.  A handle may be
  * used by several threads at once.
  *
  * Timeouts: a negative timeout waits forever; 0 does not wait and fails
