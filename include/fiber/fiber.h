@@ -734,9 +734,18 @@ FIBER_API int fiber_object_stats_get(fiber_object_stats *st);
  * (fiber_queue_open).  The serialised form carries the server's address
  * and the run's token.
  *
- * Delivery is pull-based: each get asks the server for one message, so a
- * slow consumer never holds messages that others could take.  A handle may
- * be used by several threads at once.
+ * Delivery: a consumer's handle prefetches a small window of messages (64
+ * by default, fiber_queue_set_prefetch), so a slow consumer holds at most
+ * that many, and waiting consumers are served oldest first.  Nothing is
+ * lost when a consumer dies: a message leaves the queue only when an
+ * application's get has returned it; the messages a dead consumer had
+ * prefetched (SIGKILL, crash, lost connection) go back to the front of
+ * the queue, in their order, for the others.  So each message is
+ * returned by exactly one get (exactly once to the application); a
+ * process killed after its get returned takes that message with it.
+ * For work that must be finished, use a lease (fiber_queue_get_lease,
+ * fiber_queue_ack): delivery is then at least once.  A handle may be
+ * used by several threads at once.
  *
  * Timeouts: a negative timeout waits forever; 0 does not wait and fails
  * with FIBER_EAGAIN when the queue is empty (get) or full (put); a
@@ -746,22 +755,65 @@ typedef struct fiber_queue fiber_queue;
 typedef struct fiber_pipe fiber_pipe;
 
 /* Creates a queue holding at most capacity messages (0 = unbounded) on
- * the master's object server.  Only the master creates queues. */
+ * the master's object server.  Only the master creates queues.  The
+ * handle is the queue's creator handle: fiber_queue_free on it destroys
+ * the queue (fiber_queue_detach drops it without). */
 FIBER_API int fiber_queue_create(fiber_queue **out, size_t capacity);
 
-/* Appends a copy of data/len, waiting up to timeout_ms while the queue is
- * full.  Returns 0, FIBER_EAGAIN, FIBER_ETIMEDOUT, FIBER_ECLOSED (closed
- * queue, or its server is gone). */
+/* Appends a copy of data/len.
+ *
+ * With timeout_ms >= 0 the call is synchronous: it returns 0 once the
+ * server holds the copy, FIBER_EAGAIN (timeout 0) or FIBER_ETIMEDOUT
+ * when the queue stayed full, FIBER_ECLOSED (closed queue, or its server
+ * is gone).
+ *
+ * With a negative timeout the put is pipelined: it returns 0 as soon as
+ * the message is on its way, with at most 8192 of this handle's puts
+ * unanswered (it waits while there are more: the credit window; a full
+ * queue holds them on the server, in order, so the capacity still
+ * bounds the queue).  Puts in quick succession travel to the server in
+ * batches.  The messages arrive in the order they were put.  If one of
+ * them fails (the queue was closed, or freed, before it arrived), the
+ * next pipelined put, fiber_queue_flush or close returns that failure
+ * once (FIBER_ECLOSED); the messages after it are not in the queue
+ * either. */
 FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
                               int timeout_ms);
+
+/* Waits up to timeout_ms until every pipelined put of this handle is in
+ * the queue.  Returns 0, the first failure of one of them (as above),
+ * FIBER_ETIMEDOUT (also with timeout 0 while some are on their way) or
+ * FIBER_ECLOSED (server gone). */
+FIBER_API int fiber_queue_flush(fiber_queue *q, int timeout_ms);
 
 /* Takes the oldest message, appending it to out (may be NULL to discard
  * it), waiting up to timeout_ms while the queue is empty.  Returns 0,
  * FIBER_EAGAIN, FIBER_ETIMEDOUT, or FIBER_ECLOSED once the queue is closed
- * and empty (or its server is gone). */
+ * and empty (or freed, or its server is gone).  Before it returns, the
+ * server is told the message was taken (one small write, no round trip);
+ * the handle meanwhile prefetches the next ones. */
 FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms);
 
-/* Stores the number of messages in the queue in *n. */
+/* As fiber_queue_get, but the message stays lent to this handle until
+ * fiber_queue_ack(q, *lease): if the process dies (or frees the handle)
+ * before that, the message goes back to the queue for another consumer.
+ * Delivery with leases is at least once: a message can reach a second
+ * consumer only when the first died or released it unacknowledged.
+ * Leased messages count against the queue's capacity until acknowledged. */
+FIBER_API int fiber_queue_get_lease(fiber_queue *q, fiber_buf *out,
+                                    uint64_t *lease, int timeout_ms);
+
+/* Acknowledges a lease of this handle: the message is gone for good.
+ * Returns 0, FIBER_EINVAL (not a lease this handle holds: acknowledged
+ * already, or never given), FIBER_ECLOSED (server gone). */
+FIBER_API int fiber_queue_ack(fiber_queue *q, uint64_t lease);
+
+/* Sets how many messages this handle prefetches as a consumer (1..1024;
+ * default 64).  1 restores strict one-at-a-time pulling. */
+FIBER_API int fiber_queue_set_prefetch(fiber_queue *q, unsigned window);
+
+/* Stores in *n the number of messages in the queue and lent to consumers
+ * but not yet taken by an application. */
 FIBER_API int fiber_queue_size(fiber_queue *q, size_t *n);
 
 /* Closes the queue for every process: waiting puts and gets fail with
@@ -771,18 +823,38 @@ FIBER_API int fiber_queue_close(fiber_queue *q);
 /* Appends the handle's serialised form (tens of bytes) to out. */
 FIBER_API int fiber_queue_serialize(fiber_queue *q, fiber_buf *out);
 
-/* Opens a handle from a serialised form, in any process of the run. */
+/* Opens a handle from a serialised form, in any process of the run.  A
+ * handle opened this way is never the creator's. */
 FIBER_API int fiber_queue_open(fiber_queue **out, const void *data,
                                size_t len);
 
-/* Frees the handle (not the queue, which lives as long as its server).
- * NULL is a no-op. */
+/* Frees the handle.  It first waits until the handle's pipelined puts are
+ * in the queue (so a producer may free and exit at once; this waits as
+ * long as a full queue stays full), and gives back to the queue what the
+ * handle holds as a consumer (prefetched messages and unacknowledged
+ * leases).  On the creator's handle (fiber_queue_create) it then
+ * destroys the queue on the server: its memory is freed, waiting gets
+ * and puts of every process fail with FIBER_ECLOSED, and so does every
+ * later call on any handle of it ("object N was freed").  Free the
+ * creator's handle only when no process needs the queue any more, or
+ * use fiber_queue_detach.  Handles opened with fiber_queue_open, or from
+ * a manager (fiber_manager_queue), never destroy the queue.  NULL is a
+ * no-op. */
 FIBER_API void fiber_queue_free(fiber_queue *q);
+
+/* As fiber_queue_free, but never destroys the queue, even on the
+ * creator's handle: the queue then lives until its server stops
+ * (fiber_shutdown in the master).  NULL is a no-op. */
+FIBER_API void fiber_queue_detach(fiber_queue *q);
 
 /* Creates a pipe: with duplex, both ends send and receive; otherwise a
  * sends and b receives.  Each direction holds up to 1024 messages; a send
  * to a full pipe waits.  Only the master creates pipes; either end can be
- * serialised and handed to a child. */
+ * serialised and handed to a child.  Each direction is a queue on the
+ * master's object server: a send with a negative timeout is pipelined as
+ * a queue put is, and a receiver prefetches as a queue consumer does.
+ * A pipe lives until the master's server stops (fiber_pipe_free frees an
+ * end's handle only, on either end). */
 FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex);
 
 /* Sends a message to the other end (timeouts as for queues).  On a
@@ -801,6 +873,8 @@ FIBER_API int fiber_pipe_close(fiber_pipe *p);
 
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len);
+/* Frees an end's handle (its pipelined sends are delivered first); the
+ * pipe itself stays.  NULL is a no-op. */
 FIBER_API void fiber_pipe_free(fiber_pipe *p);
 
 /* ------------------------------------------------------------------------

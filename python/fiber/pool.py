@@ -218,17 +218,12 @@ class Pool:
         self._start()
 
     def wait_until_workers_up(self, n=None, timeout=None):
-        """Waits until n workers (default: the pool's size) are running;
-        returns True, or False after timeout seconds."""
-        import time
+        """Waits until n workers (default: the pool's size) are connected
+        and ready for tasks (fiber_pool_wait_ready); returns True, or False
+        after timeout seconds."""
         self._start()
         want = self._processes if n is None else n
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._pool.stats()["workers_alive"] < want:
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        return True
+        return self._pool.wait_ready(want, _ms(timeout))
 
     def _check_running(self):
         if self._state != RUN:

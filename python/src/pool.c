@@ -368,6 +368,36 @@ static PyObject *pool_join(FbpPool *self, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+struct ready_ctx {
+    fiber_pool *p;
+    int n;
+};
+
+static int ready_step(void *ctx, int slice_ms)
+{
+    struct ready_ctx *r = ctx;
+    return fiber_pool_wait_ready(r->p, r->n, slice_ms);
+}
+
+/* wait_ready(n, timeout_ms) -> True once n workers are connected, False
+ * on timeout (fiber_pool_wait_ready). */
+static PyObject *pool_wait_ready(FbpPool *self, PyObject *args)
+{
+    int n, timeout_ms = -1;
+    if (!PyArg_ParseTuple(args, "i|i", &n, &timeout_ms) || check_pool(self))
+        return NULL;
+    struct ready_ctx r = {self->p, n};
+    char msg[1024];
+    int rc = fbp_wait_sliced(ready_step, &r, timeout_ms, msg, sizeof msg);
+    if (rc == -2)
+        return NULL;
+    if (rc == FIBER_ETIMEDOUT)
+        Py_RETURN_FALSE;
+    if (rc)
+        return fbp_raise(rc, msg);
+    Py_RETURN_TRUE;
+}
+
 static PyObject *pool_simple(FbpPool *self, int (*fn)(fiber_pool *))
 {
     if (check_pool(self))
@@ -429,6 +459,7 @@ static PyMethodDef pool_methods[] = {
     {"map_async", (PyCFunction)pool_map_async, METH_VARARGS, NULL},
     {"next_done", (PyCFunction)pool_next_done, METH_VARARGS, NULL},
     {"join", (PyCFunction)pool_join, METH_VARARGS, NULL},
+    {"wait_ready", (PyCFunction)pool_wait_ready, METH_VARARGS, NULL},
     {"close", (PyCFunction)pool_close, METH_NOARGS, NULL},
     {"terminate", (PyCFunction)pool_terminate, METH_NOARGS, NULL},
     {"resize", (PyCFunction)pool_resize, METH_VARARGS, NULL},

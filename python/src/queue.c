@@ -87,11 +87,15 @@ static PyObject *queue_open(PyObject *cls, PyObject *args)
     return (PyObject *)queue_wrap(q);
 }
 
+/* A Python Queue may have been pickled into children that outlive this
+ * object, so its handle is detached, never freed: a creator's free would
+ * destroy the queue for every process.  The queue lives until the run
+ * ends. */
 static void queue_dealloc(FbpQueue *self)
 {
     fiber_queue *q = self->q;
     self->q = NULL;
-    FB_NOGIL(fiber_queue_free(q));
+    FB_NOGIL(fiber_queue_detach(q));
     PyObject_Free(self);
 }
 

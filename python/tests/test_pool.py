@@ -199,6 +199,7 @@ def test_start_workers_resize_and_stats():
     assert p.stats()["workers_alive"] == 0          # lazy, as Fiber's
     p.start_workers()
     assert p.wait_until_workers_up(timeout=30)
+    assert not p.wait_until_workers_up(2, timeout=0.2)   # only one exists
     p.resize(2)
     assert p.wait_until_workers_up(2, timeout=30)
     p.map(helpers.square, range(100), chunksize=1)

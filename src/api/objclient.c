@@ -7,10 +7,22 @@
  * Threads: a connection's lock guards its buffers and waiters.  The thread
  * that waits for a reply reads the socket itself (no helper thread) and
  * hands other threads' replies to them through the condition variable.
+ * Waits spin adaptively (core/spin.h) before they block in poll().
+ *
+ * Writing: frames are appended to conn.out under the lock; one thread at a
+ * time (`writing`) sends them, taking the whole buffer and writing it with
+ * the lock released, so others keep appending meanwhile and their frames
+ * go out in the writer's next round: one system call carries all the
+ * frames that piled up.  Pipelined queue puts (fb_ocall_putn) may leave
+ * their frame for the connection's flusher thread, started with the first
+ * such put and stopped when the connection is released; it sends what is
+ * pending as soon as it wakes, so nothing waits for a later call.
  */
 #include <errno.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +33,13 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/spin.h"
 
 #define DIAL_TIMEOUT_MS 10000
+#define SPIN_US 50          /* the longest spin before a wait blocks */
+#define PUTN_MAX_ITEMS 4096 /* items coalesced into one pipelined put */
+#define PUTN_MAX_BYTES (256u << 10)
+#define STEADY_NS 20000 /* async calls closer than this are batched */
 
 struct fb_owait {
     uint64_t id;
@@ -32,6 +49,8 @@ struct fb_owait {
     char text[FB_WIRE_TEXT_MAX + 1]; /* failure text */
     struct fb_oclient *c;
     struct fb_owait *next;
+    struct fb_ocredit *credit; /* a pipelined put: settles, then is freed */
+    uint32_t n;                /* ... carrying this many items */
 };
 
 struct fb_oclient {
@@ -45,7 +64,20 @@ struct fb_oclient {
     char dead_why[256];
     int reading;
     uint64_t seq;
-    struct fb_owait *waits;
+    struct fb_owait *waits, *waits_tail; /* oldest first */
+    struct fb_spin spin;
+    int writing;        /* a thread is sending conn.out (see above) */
+    fiber_buf spare;    /* the writer's buffer, swapped with conn.out */
+    /* The pipelined put still in conn.out that later puts of the same
+     * credit join (NULL: none): frame offset and waiter. */
+    struct fb_owait *co_wait;
+    size_t co_off;
+    /* The flusher thread (pipelined puts). */
+    pthread_t flusher;
+    int has_flusher, fl_idle, fl_stop;
+    pthread_cond_t fl_cond;
+    uint64_t last_async_ns;
+    struct fb_owait *hint; /* the waiter the last reply went to */
     struct fb_oclient *next;
 };
 
@@ -152,7 +184,9 @@ int fb_oclient_get(const char *addr, const uint8_t token[FB_WIRE_TOKEN_LEN],
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cond, &ca);
+    pthread_cond_init(&c->fl_cond, &ca);
     pthread_condattr_destroy(&ca);
+    fb_spin_init(&c->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
     c->refs = 1;
     c->next = clients;
     clients = c;
@@ -171,6 +205,18 @@ static void free_waits(struct fb_oclient *c)
     }
 }
 
+static void stop_flusher(struct fb_oclient *c)
+{
+    if (!c->has_flusher)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->fl_stop = 1;
+    pthread_cond_signal(&c->fl_cond);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->flusher, NULL);
+    c->has_flusher = 0;
+}
+
 void fb_oclient_release(struct fb_oclient *c)
 {
     if (!c)
@@ -186,10 +232,13 @@ void fb_oclient_release(struct fb_oclient *c)
     if (*pp)
         *pp = c->next;
     pthread_mutex_unlock(&clients_mu);
+    stop_flusher(c);
     fb_conn_close(&c->conn);
+    fiber_buf_free(&c->spare);
     free_waits(c);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cond);
+    pthread_cond_destroy(&c->fl_cond);
     free(c);
 }
 
@@ -197,11 +246,46 @@ void fb_oclient_release(struct fb_oclient *c)
 
 static void unlink_wait(struct fb_oclient *c, struct fb_owait *w)
 {
-    struct fb_owait **pp = &c->waits;
-    while (*pp && *pp != w)
+    struct fb_owait **pp = &c->waits, *prev = NULL;
+    while (*pp && *pp != w) {
+        prev = *pp;
         pp = &(*pp)->next;
-    if (*pp)
-        *pp = w->next;
+    }
+    if (!*pp)
+        return;
+    *pp = w->next;
+    if (c->hint == w)
+        c->hint = prev;
+    if (c->waits_tail == w)
+        c->waits_tail = prev;
+    w->next = NULL;
+}
+
+static void link_wait(struct fb_oclient *c, struct fb_owait *w)
+{
+    w->next = NULL;
+    if (c->waits_tail)
+        c->waits_tail->next = w;
+    else
+        c->waits = w;
+    c->waits_tail = w;
+}
+
+/* A pipelined put was answered (or its server is gone): its items leave
+ * the credit window, and a failure is kept for the producer's next call. */
+static void settle_credit(struct fb_oclient *c, struct fb_owait *w)
+{
+    struct fb_ocredit *cr = w->credit;
+    cr->outstanding -= w->n;
+    if (w->res.status != 0 && cr->err == 0) {
+        cr->err = w->res.status;
+        snprintf(cr->text, sizeof cr->text, "%s", w->text);
+    }
+    if (c->co_wait == w)
+        c->co_wait = NULL;
+    unlink_wait(c, w);
+    fb_oresult_free(&w->res);
+    free(w);
 }
 
 /* The server (or its connection) is gone: every waiter fails. */
@@ -209,22 +293,33 @@ static void mark_dead(struct fb_oclient *c, const char *why)
 {
     c->dead = 1;
     snprintf(c->dead_why, sizeof c->dead_why, "%s", why);
-    for (struct fb_owait *w = c->waits; w; w = w->next) {
+    struct fb_owait *w = c->waits, *next;
+    for (; w; w = next) {
+        next = w->next;
         if (w->done)
             continue;
         w->done = 1;
         w->res.status = FIBER_ECLOSED;
         snprintf(w->text, sizeof w->text,
                  "the object server at %s is gone: %s", c->addr, why);
+        if (w->credit)
+            settle_credit(c, w);
     }
 }
 
 static void deliver(struct fb_oclient *c, const struct fb_wire_hdr *h,
                     const uint8_t *p)
 {
-    struct fb_owait *w = c->waits;
+    /* Replies mostly come in the order of the calls: look after the last
+     * one matched first (many futures in flight stay in the list until
+     * they are freed). */
+    struct fb_owait *w = c->hint ? c->hint->next : NULL;
     while (w && w->id != h->id)
         w = w->next;
+    if (!w)
+        for (w = c->waits; w && w->id != h->id;)
+            w = w->next;
+    c->hint = w;
     if (!w || w->done)
         return; /* nobody asked, or it was answered already: drop it */
     struct fb_msg_oreply m;
@@ -245,7 +340,9 @@ static void deliver(struct fb_oclient *c, const struct fb_wire_hdr *h,
                  (const char *)text);
     }
     w->done = 1;
-    if (w->abandoned) {
+    if (w->credit) {
+        settle_credit(c, w);
+    } else if (w->abandoned) {
         unlink_wait(c, w);
         fb_oresult_free(&w->res);
         free(w);
@@ -270,12 +367,14 @@ static void pump(struct fb_oclient *c)
         mark_dead(c, c->conn.err);
 }
 
-/* Waits until w is done or the deadline passes; mu held.  Whoever waits
- * reads: one reader at a time, the others sleep on the condition. */
-static int wait_done(struct fb_oclient *c, struct fb_owait *w,
-                     uint64_t deadline_ms)
+/* Waits until done(arg) holds, the server is gone, or the deadline
+ * passes; mu held.  Whoever waits reads: one reader at a time, the others
+ * sleep on the condition.  The reader spins (polling without blocking)
+ * before it blocks, for as long as fb_spin allows. */
+static int wait_until(struct fb_oclient *c, int (*done)(void *), void *arg,
+                      uint64_t deadline_ms)
 {
-    while (!w->done) {
+    while (!done(arg)) {
         if (c->dead)
             return FIBER_ECLOSED;
         if (!c->reading) {
@@ -283,7 +382,16 @@ static int wait_done(struct fb_oclient *c, struct fb_owait *w,
             int fd = c->conn.fd;
             pthread_mutex_unlock(&c->mu);
             struct pollfd pf = {.fd = fd, .events = POLLIN};
-            int n = poll(&pf, 1, fb_ms_left(deadline_ms));
+            int n = poll(&pf, 1, 0);
+            unsigned spin_us = n == 0 ? fb_spin_budget(&c->spin) : 0;
+            if (spin_us) {
+                uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
+                while (n == 0 && fb_now_ns() < until)
+                    n = poll(&pf, 1, 0);
+                fb_spin_result(&c->spin, n != 0);
+            }
+            if (n == 0)
+                n = poll(&pf, 1, fb_ms_left(deadline_ms));
             pthread_mutex_lock(&c->mu);
             if (n > 0)
                 pump(c);
@@ -297,8 +405,99 @@ static int wait_done(struct fb_oclient *c, struct fb_owait *w,
                                       (long)(deadline_ms % 1000) * 1000000L};
             pthread_cond_timedwait(&c->cond, &c->mu, &ts);
         }
-        if (!w->done && fb_ms_left(deadline_ms) == 0)
+        if (!done(arg) && fb_ms_left(deadline_ms) == 0)
             return FIBER_ETIMEDOUT;
+    }
+    return 0;
+}
+
+static int owait_done(void *arg) { return ((struct fb_owait *)arg)->done; }
+
+static int wait_done(struct fb_oclient *c, struct fb_owait *w,
+                     uint64_t deadline_ms)
+{
+    return wait_until(c, owait_done, w, deadline_ms);
+}
+
+/* Sends all of buf with the lock released; mu held on entry and exit.
+ * Returns 0 or a code with why in c->conn.err. */
+static int send_unlocked(struct fb_oclient *c, const uint8_t *p, size_t len)
+{
+    int fd = c->conn.fd, rc = 0;
+    pthread_mutex_unlock(&c->mu);
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            poll(&pf, 1, 1000);
+        } else {
+            rc = errno == EPIPE || errno == ECONNRESET ? FIBER_ECLOSED
+                                                       : FIBER_ESYS;
+            break;
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    if (rc)
+        snprintf(c->conn.err, sizeof c->conn.err, "send: %s",
+                 rc == FIBER_ECLOSED ? "peer closed the connection"
+                                     : strerror(errno));
+    return rc;
+}
+
+/* Sends what conn.out holds, unless another thread is already sending
+ * (it sends ours too before it stops); mu held.  An encrypted connection
+ * is written with the lock held (its records are sealed in conn). */
+static int oc_write(struct fb_oclient *c)
+{
+    if (c->writing || c->dead)
+        return c->dead ? FIBER_ECLOSED : 0;
+    c->writing = 1;
+    int rc = 0;
+    while (rc == 0 && fb_conn_pending(&c->conn)) {
+        c->co_wait = NULL; /* its frame leaves conn.out */
+        if (c->conn.sec) {
+            rc = fb_conn_flush_wait(&c->conn, UINT64_MAX);
+            break;
+        }
+        fiber_buf batch = c->conn.out;
+        size_t off = c->conn.out_off;
+        c->conn.out = c->spare;
+        c->conn.out.len = 0;
+        c->conn.out_off = 0;
+        rc = send_unlocked(c, batch.data + off, batch.len - off);
+        batch.len = 0;
+        c->spare = batch;
+    }
+    c->writing = 0;
+    if (rc)
+        mark_dead(c, c->conn.err);
+    pthread_cond_broadcast(&c->cond); /* send_call may wait for us */
+    return rc;
+}
+
+/* Registers w for the reply to a call appended to conn.out; mu held. */
+static int append_call(struct fb_oclient *c, struct fb_owait *w, uint32_t obj,
+                       int32_t op, int timeout_ms, const fiber_iov *items,
+                       size_t count)
+{
+    if (c->dead)
+        return fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                      c->addr, c->dead_why);
+    uint64_t id = ++c->seq;
+    int rc = fb_wire_put_ocall(&c->conn.out, id, op, obj,
+                               timeout_ms < 0 ? -1 : timeout_ms, items, count);
+    if (rc)
+        return rc;
+    c->co_wait = NULL; /* a pipelined put can no longer grow */
+    if (w) {
+        w->id = id;
+        w->c = c;
+        link_wait(c, w);
     }
     return 0;
 }
@@ -308,24 +507,19 @@ static int send_call(struct fb_oclient *c, struct fb_owait *w, uint32_t obj,
                      int32_t op, int timeout_ms, const fiber_iov *items,
                      size_t count)
 {
-    if (c->dead)
-        return fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
-                      c->addr, c->dead_why);
-    w->id = ++c->seq;
-    w->c = c;
-    int rc = fb_wire_put_ocall(&c->conn.out, w->id, op, obj,
-                               timeout_ms < 0 ? -1 : timeout_ms, items, count);
-    if (rc)
-        return rc;
-    rc = fb_conn_flush_wait(&c->conn, UINT64_MAX);
-    if (rc) {
-        mark_dead(c, c->conn.err);
+    int rc = append_call(c, w, obj, op, timeout_ms, items, count);
+    /* Another thread (the flusher) may be writing: wait for it, so that
+     * the frame has left when this returns (a TAKEN must be out before
+     * its get returns, and a caller may count on it). */
+    while (rc == 0 && c->writing && !c->dead)
+        pthread_cond_wait(&c->cond, &c->mu);
+    if (rc == 0 && oc_write(c) != 0) {
+        if (w)
+            unlink_wait(c, w);
         return fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
                       c->addr, c->dead_why);
     }
-    w->next = c->waits;
-    c->waits = w;
-    return 0;
+    return rc;
 }
 
 int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
@@ -349,6 +543,8 @@ int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
     return rc;
 }
 
+static int hand_to_flusher(struct fb_oclient *c);
+
 int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
                    int timeout_ms, const fiber_iov *items, size_t count,
                    fiber_future **f)
@@ -360,7 +556,18 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
     c->refs++; /* the future keeps the connection */
     pthread_mutex_unlock(&clients_mu);
     pthread_mutex_lock(&c->mu);
-    int rc = send_call(c, w, obj, op, timeout_ms, items, count);
+    int rc = append_call(c, w, obj, op, timeout_ms, items, count);
+    /* Calls in quick succession (many futures in flight) go out in
+     * batches through the flusher; a lone one is written now. */
+    uint64_t now = fb_now_ns();
+    int steady = now - c->last_async_ns < STEADY_NS;
+    c->last_async_ns = now;
+    if (rc == 0 && (!steady || c->conn.sec || hand_to_flusher(c) != 0) &&
+        oc_write(c) != 0) {
+        unlink_wait(c, w);
+        rc = fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                    c->addr, c->dead_why);
+    }
     pthread_mutex_unlock(&c->mu);
     if (rc == 0)
         rc = fb_future_from_owait(w, f);
@@ -372,6 +579,201 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
         fb_oclient_release(c);
     }
     return rc;
+}
+
+int fb_ocall_post(struct fb_oclient *c, uint32_t obj, int32_t op,
+                  const fiber_iov *items, size_t count)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = send_call(c, NULL, obj, op, -1, items, count);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+int fb_ocall_begin(struct fb_oclient *c, uint32_t obj, int32_t op,
+                   int timeout_ms, const fiber_iov *items, size_t count,
+                   struct fb_owait **out)
+{
+    struct fb_owait *w = calloc(1, sizeof *w);
+    if (!w)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    pthread_mutex_lock(&clients_mu);
+    c->refs++; /* the waiter keeps the connection, as a future does */
+    pthread_mutex_unlock(&clients_mu);
+    pthread_mutex_lock(&c->mu);
+    int rc = send_call(c, w, obj, op, timeout_ms, items, count);
+    pthread_mutex_unlock(&c->mu);
+    if (rc) {
+        free(w);
+        fb_oclient_release(c);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+const struct fb_oresult *fb_owait_result(struct fb_owait *w, const char **text)
+{
+    if (text)
+        *text = w->text;
+    return &w->res;
+}
+
+/* ---- pipelined puts ---------------------------------------------------- */
+
+/* The flusher: sends what pipelined puts left in conn.out. */
+static void *flusher_main(void *arg)
+{
+    struct fb_oclient *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->fl_stop) {
+        if (fb_conn_pending(&c->conn) && !c->writing && !c->dead) {
+            oc_write(c);
+            pthread_cond_broadcast(&c->cond); /* a death wakes waiters */
+            continue;
+        }
+        c->fl_idle = 1;
+        pthread_cond_wait(&c->fl_cond, &c->mu);
+        c->fl_idle = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Leaves conn.out to the flusher (starting it the first time); mu held.
+ * Returns 0, or a code when no thread can be started (the caller then
+ * writes itself). */
+static int hand_to_flusher(struct fb_oclient *c)
+{
+    if (!c->has_flusher) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int err = pthread_create(&c->flusher, NULL, flusher_main, c);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (err)
+            return FIBER_ESYS;
+        c->has_flusher = 1;
+    }
+    if (c->fl_idle && !c->writing)
+        pthread_cond_signal(&c->fl_cond);
+    return 0;
+}
+
+/* Adds item to the pipelined put still in conn.out (same object, op and
+ * credit), patching its frame's length and count; 1 if it did, 0 if a
+ * new frame is needed. */
+static int join_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
+                     struct fb_ocredit *cr, const fiber_iov *item)
+{
+    struct fb_owait *w = c->co_wait;
+    if (!w || w->credit != cr || w->n >= PUTN_MAX_ITEMS)
+        return 0;
+    uint8_t *f = c->conn.out.data + c->co_off;
+    uint32_t len, fobj;
+    int32_t fop;
+    memcpy(&len, f + 20, 4);
+    memcpy(&fop, f + 8, 4);
+    memcpy(&fobj, f + FB_WIRE_HDR_LEN, 4);
+    if (fop != op || fobj != obj || len + 4 + item->len > PUTN_MAX_BYTES)
+        return 0;
+    uint32_t n = (uint32_t)item->len;
+    if (fiber_buf_append(&c->conn.out, &n, 4) != 0 ||
+        fiber_buf_append(&c->conn.out, item->data, item->len) != 0)
+        return 0; /* the frame is unchanged: len still covers it */
+    f = c->conn.out.data + c->co_off; /* the buffer may have moved */
+    len += 4 + n;
+    memcpy(f + 20, &len, 4);
+    w->n++;
+    uint32_t count = w->n;
+    memcpy(f + FB_WIRE_HDR_LEN + 8, &count, 4);
+    return 1;
+}
+
+int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
+                  const fiber_iov *item, struct fb_ocredit *cr, int defer)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (!join_putn(c, obj, op, cr, item)) {
+        struct fb_owait *w = calloc(1, sizeof *w);
+        size_t off = c->conn.out.len;
+        rc = w ? append_call(c, w, obj, op, -1, item, 1)
+               : fb_err(FIBER_ENOMEM, "out of memory");
+        if (rc) {
+            free(w);
+            pthread_mutex_unlock(&c->mu);
+            return rc;
+        }
+        w->credit = cr;
+        w->n = 1;
+        c->co_wait = w;
+        c->co_off = off;
+    }
+    cr->outstanding++;
+    if (!defer || c->conn.sec || hand_to_flusher(c) != 0)
+        rc = oc_write(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc ? fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                       c->addr, c->dead_why)
+              : 0;
+}
+
+struct credit_limit {
+    struct fb_ocredit *cr;
+    uint64_t limit;
+};
+
+static int credit_below(void *arg)
+{
+    struct credit_limit *l = arg;
+    return l->cr->outstanding <= l->limit;
+}
+
+int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
+                    uint64_t limit, uint64_t deadline_ms)
+{
+    struct credit_limit l = {cr, limit};
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (!credit_below(&l)) {
+        if (fb_conn_pending(&c->conn))
+            oc_write(c); /* what we wait for may not have left yet */
+        rc = wait_until(c, credit_below, &l, deadline_ms);
+    }
+    char text[sizeof cr->text];
+    if (rc == 0 && cr->err) { /* a failed put: reported once */
+        rc = cr->err;
+        cr->err = 0;
+        memcpy(text, cr->text, sizeof text);
+    } else if (rc == FIBER_ECLOSED) {
+        snprintf(text, sizeof text, "the object server at %s is gone: %s",
+                 c->addr, c->dead_why);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc && rc != FIBER_ETIMEDOUT)
+        fb_err(rc, "%s", text);
+    return rc;
+}
+
+static int no_puts_in_flight(void *arg)
+{
+    for (struct fb_owait *w = ((struct fb_oclient *)arg)->waits; w; w = w->next)
+        if (w->credit)
+            return 0;
+    return 1;
+}
+
+void fb_oclients_drain(uint64_t deadline_ms)
+{
+    pthread_mutex_lock(&clients_mu);
+    for (struct fb_oclient *c = clients; c; c = c->next) {
+        pthread_mutex_lock(&c->mu);
+        oc_write(c);
+        wait_until(c, no_puts_in_flight, c, deadline_ms);
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&clients_mu);
 }
 
 int fb_oopen(struct fb_oclient *c, const char *kind, const char *name,
@@ -402,6 +804,8 @@ int fb_owait_wait(struct fb_owait *w, int timeout_ms)
 {
     struct fb_oclient *c = w->c;
     pthread_mutex_lock(&c->mu);
+    if (!w->done && fb_conn_pending(&c->conn))
+        oc_write(c); /* the call may still be waiting for the flusher */
     int rc = wait_done(c, w, fb_deadline_ms(timeout_ms));
     if (rc == FIBER_ECLOSED && !w->done) {
         w->done = 1;

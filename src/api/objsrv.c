@@ -21,10 +21,12 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/spin.h"
 
 #define HELLO_MAX_PAYLOAD 1024u
 #define BURST_QUIET_MS 1000 /* a burst of evictions ends after this long */
 #define MAX_CONNS 4096
+#define SPIN_US 50 /* the longest spin of an idle server before it blocks */
 
 extern const struct fb_obj_kind *const fb_obj_kinds[];
 
@@ -34,6 +36,8 @@ struct fb_oconn {
     int want_out;
     int doomed; /* a send failed: dropped at the next safe point */
     int evicted; /* closed to make room (logged once per burst) */
+    int dirty;   /* replies queued in conn.out, flushed after the batch */
+    struct fb_oconn *dirty_next;
     uint64_t hello_deadline_ms;
     struct fb_oconn *prev, *next;
 };
@@ -57,6 +61,8 @@ struct fb_objsrv {
     uint64_t dropped;
     int n_doomed;
     int stopping;
+    struct fb_oconn *dirty; /* connections with replies to flush */
+    struct fb_spin spin;    /* waits spin before blocking (core/spin.h) */
 };
 
 #define EV_LISTEN ((void *)1)
@@ -194,9 +200,7 @@ static void req_free(struct fb_oreq *r)
 {
     waitq_unlink(r);
     parked_unlink(r);
-    free(r->items);
-    free(r->raw);
-    free(r);
+    free(r); /* items and raw live in the same block (req_new) */
 }
 
 void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q)
@@ -218,6 +222,21 @@ void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q)
     s->parked = req;
 }
 
+void fb_oreq_park_front(struct fb_oreq *req, struct fb_waitq *q)
+{
+    fb_oreq_park(req, q); /* at the tail, and on the server's list */
+    waitq_unlink(req);
+    req->wq = q;
+    req->wprev = NULL;
+    req->wnext = q->head;
+    if (q->head)
+        q->head->wprev = req;
+    else
+        q->tail = req;
+    q->head = req;
+    q->len++;
+}
+
 struct fb_oreq *fb_waitq_pop(struct fb_waitq *q)
 {
     struct fb_oreq *r = q->head;
@@ -228,15 +247,52 @@ struct fb_oreq *fb_waitq_pop(struct fb_waitq *q)
     return r;
 }
 
+/* Queues c's output for the flush after the current batch of events:
+ * the replies a batch produces go out in one write per client. */
+static void mark_dirty(struct fb_objsrv *s, struct fb_oconn *c)
+{
+    if (c->dirty)
+        return;
+    c->dirty = 1;
+    c->dirty_next = s->dirty;
+    s->dirty = c;
+}
+
+/* Writes every connection's queued replies (see mark_dirty). */
+static void flush_dirty(struct fb_objsrv *s)
+{
+    while (s->dirty) {
+        struct fb_oconn *c = s->dirty;
+        s->dirty = c->dirty_next;
+        c->dirty = 0;
+        c->dirty_next = NULL;
+        send_now(s, c);
+    }
+}
+
+static void dirty_unlink(struct fb_objsrv *s, struct fb_oconn *c)
+{
+    if (!c->dirty)
+        return;
+    struct fb_oconn **pp = &s->dirty;
+    while (*pp && *pp != c)
+        pp = &(*pp)->dirty_next;
+    if (*pp)
+        *pp = c->dirty_next;
+    c->dirty = 0;
+}
+
 void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
                    size_t count)
 {
     struct fb_oconn *c = req->conn;
     if (c && !c->doomed &&
         fb_wire_put_oreply(&c->conn.out, req->id, status, items, count) == 0)
-        send_now(req->srv, c);
+        mark_dirty(req->srv, c);
     req_free(req);
 }
+
+void fb_oreq_done(struct fb_oreq *req) { req_free(req); }
 
 void fb_oreq_fail(struct fb_oreq *req, int status, const char *fmt, ...)
 {
@@ -336,21 +392,34 @@ static void do_open(struct fb_objsrv *s, struct fb_oreq *req)
     fb_oreq_reply(req, 0, &id, 1);
 }
 
+void fb_obj_destroy(struct fb_obj *o)
+{
+    struct fb_objsrv *s = o->srv;
+    struct fb_obj **pp = &s->objs;
+    while (*pp && *pp != o)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = o->next;
+    if (o->ops->destroy)
+        o->ops->destroy(o);
+    free(o);
+}
+
 /* Builds a request (owning a copy of its items) from an OCALL frame. */
 static struct fb_oreq *req_new(struct fb_objsrv *s, struct fb_oconn *c,
                                const struct fb_wire_hdr *h, const uint8_t *p)
 {
     struct fb_msg_ocall m;
     fb_wire_get_ocall(p, h->len, &m, NULL, 0);
-    struct fb_oreq *r = calloc(1, sizeof *r);
     size_t items_len = h->len - 12; /* after obj, timeout and count */
-    if (!r || !(r->raw = malloc(items_len ? items_len : 1)) ||
-        !(r->items = calloc(m.count ? m.count : 1, sizeof *r->items))) {
-        if (r)
-            free(r->raw);
-        free(r);
+    /* One block: the request, its item list, then the items' bytes. */
+    struct fb_oreq *r =
+        malloc(sizeof *r + (size_t)m.count * sizeof *r->items + items_len);
+    if (!r)
         return NULL;
-    }
+    memset(r, 0, sizeof *r);
+    r->items = (fiber_iov *)(r + 1);
+    r->raw = (uint8_t *)(r->items + m.count);
     memcpy(r->raw, m.items, items_len);
     const uint8_t *cur = r->raw;
     for (uint32_t i = 0; i < m.count; i++) {
@@ -383,6 +452,10 @@ static void serve(struct fb_objsrv *s, struct fb_oconn *c,
         return;
     }
     struct fb_obj *o = find_obj(s, req->obj);
+    if (!o && req->obj != 0 && req->obj <= s->next_id) {
+        fb_oreq_fail(req, FIBER_ECLOSED, "object %u was freed", req->obj);
+        return;
+    }
     if (!o) {
         fb_oreq_fail(req, FIBER_EINVAL, "no object %u on this server",
                      req->obj);
@@ -418,6 +491,7 @@ static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
                 o->ops->conn_gone(o, c);
     if (c->doomed)
         s->n_doomed--;
+    dirty_unlink(s, c);
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
     fb_conn_close(&c->conn);
     if (c->prev)
@@ -587,13 +661,35 @@ static void accept_all(struct fb_objsrv *s)
     }
 }
 
+/* Waits for events as epoll_wait does, spinning first (adaptively, see
+ * core/spin.h) when the wait would block: a request that comes within
+ * the spin is served without the cost of waking a sleeping thread. */
+static int wait_events(struct fb_objsrv *s, struct epoll_event *evs, int max,
+                       int timeout)
+{
+    int n = epoll_wait(s->epfd, evs, max, 0);
+    if (n != 0 || timeout == 0)
+        return n;
+    unsigned spin_us = fb_spin_budget(&s->spin);
+    if (spin_us) {
+        uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
+        while (n == 0 && fb_now_ns() < until)
+            n = epoll_wait(s->epfd, evs, max, 0);
+        fb_spin_result(&s->spin, n != 0);
+        if (n != 0)
+            return n;
+    }
+    return epoll_wait(s->epfd, evs, max, timeout);
+}
+
 int fb_objsrv_step(struct fb_objsrv *s, int max_wait_ms)
 {
     struct epoll_event evs[64];
     int timeout = run_timers(s);
+    flush_dirty(s); /* the answers to expired requests */
     if (max_wait_ms >= 0 && (timeout < 0 || timeout > max_wait_ms))
         timeout = max_wait_ms;
-    int n = epoll_wait(s->epfd, evs, 64, timeout);
+    int n = wait_events(s, evs, 64, timeout);
     int listener = 0;
     for (int i = 0; i < n && !s->stopping; i++) {
         void *d = evs[i].data.ptr;
@@ -604,6 +700,7 @@ int fb_objsrv_step(struct fb_objsrv *s, int max_wait_ms)
         else
             on_conn(s, d, evs[i].events);
     }
+    flush_dirty(s); /* the batch's replies, one write per client */
     reap_doomed(s); /* after the batch: its events may name them */
     if (listener && !s->stopping)
         accept_all(s); /* after it too: making room closes connections */
@@ -638,6 +735,7 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
     memcpy(s->token, token, sizeof s->token);
     fb_strlcpy(s->build_id, build_id, sizeof s->build_id);
     s->max_payload = fb_rt_config()->max_message_bytes;
+    fb_spin_init(&s->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
     int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
                             sizeof s->address);
     if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||

@@ -36,6 +36,7 @@ struct fb_objsrv;
 struct fb_oconn;
 struct fb_obj;
 struct fb_waitq;
+struct fb_owait;
 
 /* A request being served, or parked until it can be. */
 struct fb_oreq {
@@ -48,7 +49,7 @@ struct fb_oreq {
     uint32_t count;       /* argument items */
     fiber_iov *items;     /* point into `raw`, owned by the request */
     uint8_t *raw;
-    uint64_t aux;         /* for the object's use while parked */
+    uint64_t aux, aux2;   /* for the object's use while parked */
     struct fb_waitq *wq;  /* the wait queue it is parked on */
     struct fb_oreq *wprev, *wnext;
     struct fb_oreq *pprev, *pnext; /* the server's list of parked */
@@ -121,11 +122,21 @@ uint64_t fb_objsrv_dropped(struct fb_objsrv *srv);
 /* Answers req with status and items, and frees it. */
 void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
                    size_t count);
+/* Frees req without answering it: for operations the client posts
+ * without waiting for a reply (a queue's TAKEN). */
+void fb_oreq_done(struct fb_oreq *req);
+/* Removes o from its server and frees it (ops->destroy first, which must
+ * answer o's parked requests).  Later calls on its id fail with
+ * FIBER_ECLOSED ("object N was freed"): ids are never reused. */
+void fb_obj_destroy(struct fb_obj *o);
 /* Answers req with a failure: status and a printf-style text. */
 void fb_oreq_fail(struct fb_oreq *req, int status, const char *fmt, ...)
     FIBER_PRINTF(3, 4);
 /* Parks req on q until the object answers it (or it times out). */
 void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q);
+/* Parks req at the head of q (it keeps its place: an expired request
+ * that waits on). */
+void fb_oreq_park_front(struct fb_oreq *req, struct fb_waitq *q);
 /* Takes the oldest request off q (NULL if empty), still alive. */
 struct fb_oreq *fb_waitq_pop(struct fb_waitq *q);
 /* Reads item i as a u32/u64/i64/double (exact size) into *v; 0 or -1. */
@@ -167,6 +178,49 @@ int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
 int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
                    int timeout_ms, const fiber_iov *items, size_t count,
                    fiber_future **f);
+
+/* Posts a call whose operation sends no reply (the object frees it with
+ * fb_oreq_done); returns once it is written.  FIBER_ECLOSED if the
+ * server is gone. */
+int fb_ocall_post(struct fb_oclient *c, uint32_t obj, int32_t op,
+                  const fiber_iov *items, size_t count);
+
+/* Starts a call and returns its waiter at once; fb_owait_wait/_ready
+ * follow it, fb_owait_result reads the reply (status, items; text: the
+ * failure's text), fb_owait_free drops it (also before the reply). */
+int fb_ocall_begin(struct fb_oclient *c, uint32_t obj, int32_t op,
+                   int timeout_ms, const fiber_iov *items, size_t count,
+                   struct fb_owait **w);
+const struct fb_oresult *fb_owait_result(struct fb_owait *w,
+                                         const char **text);
+
+/* The credit window of a producer's pipelined puts: how many items were
+ * sent and not yet answered, and the first failure among the answers
+ * (kept until the producer reads and clears it).  Guarded by the
+ * connection's lock: read it only through fb_ocredit_wait. */
+struct fb_ocredit {
+    uint64_t outstanding;
+    int err;
+    char text[FB_WIRE_TEXT_MAX + 1];
+};
+
+/* Sends item as one more put (op, with timeout -1) on obj without
+ * waiting for the answer, counting it in cr.  Consecutive puts of the
+ * same credit that are still unsent travel in one call (op must take any
+ * number of items).  With defer, the connection's flusher thread writes
+ * the frame (puts then batch); without, it is written now.  FIBER_ECLOSED
+ * if the server is gone. */
+int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
+                  const fiber_iov *item, struct fb_ocredit *cr, int defer);
+/* Waits until at most limit of cr's puts are unanswered, the server is
+ * gone (FIBER_ECLOSED) or the deadline passes (FIBER_ETIMEDOUT). */
+int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
+                    uint64_t limit, uint64_t deadline_ms);
+
+/* Waits until every pipelined put of this process (on any connection)
+ * is answered, or the deadline passes: a child calls it when its target
+ * returns, so puts on handles it never freed are not lost at exit. */
+void fb_oclients_drain(uint64_t deadline_ms);
 
 /* What every handle on a server object holds: the connection, the object
  * id, and the address and token that a serialised handle carries. */

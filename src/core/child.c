@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "api/object_int.h"
+#include "api/objsrv.h"
 #include "core/child.h"
 #include "core/common.h"
 #include "core/log.h"
@@ -245,6 +246,8 @@ static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
     fb_task_failure_clear();
     fb_log_debug("running task '%s' (%u argument bytes)", task, m.arg_len);
     int rc = fn(arg, m.arg_len, &out);
+    /* Pipelined queue puts of handles the target did not free. */
+    fb_oclients_drain(fb_deadline_ms(30000));
     const char *why = fb_task_failure();
     /* A target that failed through fiber_task_fail() exits with 1, as a
      * Python process whose target raised does; its message travels in
