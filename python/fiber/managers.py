@@ -227,6 +227,16 @@ class _Native:
     def _op(self, op, timeout_ms=-1, n=0):
         return self._mobj.op(op, timeout_ms, n)
 
+    def _owned(self, op, text, n=0, timeout_ms=-1):
+        """An operation the caller must hold the lock for: FIBER_ESTATE
+        (it does not) is Python's RuntimeError(text)."""
+        try:
+            return self._mobj.op(op, timeout_ms, n)
+        except _fiber.FiberError as e:
+            if getattr(e, "code", None) == _fiber.ESTATE:
+                raise RuntimeError(text) from None
+            raise
+
     def _wait(self, op, blocking, timeout, n=0):
         try:
             self._mobj.op(op, _ms(blocking, timeout), n)
@@ -252,12 +262,7 @@ class _LockBase(_Native):
         return self._wait(_fiber.OP_LOCK_ACQUIRE, blocking, timeout)
 
     def release(self):
-        try:
-            self._op(_fiber.OP_LOCK_RELEASE)
-        except _fiber.FiberError as e:
-            if getattr(e, "code", None) == _fiber.ESTATE:
-                raise RuntimeError("release unlocked lock") from None
-            raise
+        self._owned(_fiber.OP_LOCK_RELEASE, "release unlocked lock")
 
     def __enter__(self):
         self.acquire()
@@ -391,12 +396,7 @@ class ConditionProxy(_Native):
         return self._wait(_fiber.OP_COND_ACQUIRE, blocking, timeout)
 
     def release(self):
-        try:
-            self._op(_fiber.OP_COND_RELEASE)
-        except _fiber.FiberError as e:
-            if getattr(e, "code", None) == _fiber.ESTATE:
-                raise RuntimeError("cannot release un-acquired lock") from None
-            raise
+        self._owned(_fiber.OP_COND_RELEASE, "cannot release un-acquired lock")
 
     def wait(self, timeout=None):
         try:
@@ -419,20 +419,10 @@ class ConditionProxy(_Native):
         return result
 
     def notify(self, n=1):
-        try:
-            self._op(_fiber.OP_COND_NOTIFY, -1, n)
-        except _fiber.FiberError as e:
-            if getattr(e, "code", None) == _fiber.ESTATE:
-                raise RuntimeError("cannot notify on un-acquired lock") from None
-            raise
+        self._owned(_fiber.OP_COND_NOTIFY, "cannot notify on un-acquired lock", n)
 
     def notify_all(self):
-        try:
-            self._op(_fiber.OP_COND_NOTIFY_ALL)
-        except _fiber.FiberError as e:
-            if getattr(e, "code", None) == _fiber.ESTATE:
-                raise RuntimeError("cannot notify on un-acquired lock") from None
-            raise
+        self._owned(_fiber.OP_COND_NOTIFY_ALL, "cannot notify on un-acquired lock")
 
     def __enter__(self):
         self.acquire()

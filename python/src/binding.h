@@ -34,6 +34,17 @@
         Py_END_ALLOW_THREADS                                                   \
     } while (0)
 
+/* Runs the libfiber call expr with the GIL released, storing its code in
+ * rc and, when it failed, the calling thread's fiber_last_error() in the
+ * char array msg (read before the GIL is taken back). */
+#define FBP_CALL(rc, msg, expr)                                                \
+    do {                                                                       \
+        Py_BEGIN_ALLOW_THREADS(rc) = (expr);                                   \
+        if (rc)                                                                \
+            snprintf(msg, sizeof msg, "%s", fiber_last_error());               \
+        Py_END_ALLOW_THREADS                                                   \
+    } while (0)
+
 /* Sets the Python exception for libfiber code rc (with msg, the failing
  * thread's fiber_last_error() copied before the GIL was retaken) and
  * returns NULL. */

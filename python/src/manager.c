@@ -79,11 +79,7 @@ static int manager_init(FbpManager *self, PyObject *args, PyObject *kw)
         return -1;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_manager_start(&self->m, &o);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_manager_start(&self->m, &o));
     if (rc) {
         fbp_raise(rc, msg);
         return -1;
@@ -186,11 +182,7 @@ static PyObject *manager_queue(FbpManager *self, PyObject *args)
     fiber_queue *q;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_manager_queue(self->m, NULL, (size_t)capacity, &q);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_manager_queue(self->m, NULL, (size_t)capacity, &q));
     if (rc)
         return fbp_raise(rc, msg);
     return fbp_queue_wrap(q);
@@ -234,11 +226,7 @@ static PyObject *mobj_open(PyObject *cls, PyObject *args)
     fiber_mobj *o;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_mobj_open(&o, ser.buf, (size_t)ser.len);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_mobj_open(&o, ser.buf, (size_t)ser.len));
     PyBuffer_Release(&ser);
     if (rc)
         return fbp_raise(rc, msg);
@@ -325,11 +313,7 @@ static PyObject *mobj_op(FbpMobj *self, PyObject *args)
     a.f = asynchronous ? &f : NULL;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = run_op(&a);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, run_op(&a));
     PyBuffer_Release(&data);
     PyObject *res;
     if (rc)

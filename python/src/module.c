@@ -84,7 +84,8 @@ int fbp_wait_sliced(fbp_step_fn step, void *ctx, int timeout_ms, char *msg,
                     size_t msg_size)
 {
     /* The first slice is the whole wait when it is short, so a fast
-     * answer costs one call. */
+     * answer costs one call; a timeout of 0 is one call with 0, whose
+     * FIBER_EAGAIN ends the loop. */
     int left = timeout_ms;
     for (;;) {
         int slice = left < 0 || left > FB_SLICE_MS ? FB_SLICE_MS : left;
@@ -241,11 +242,7 @@ static PyObject *py_init(PyObject *self, PyObject *args)
         atexit(flush_python_stdio);
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_init(&argc, &argv);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_init(&argc, &argv));
     if (rc)
         return fbp_raise(rc, msg);
     return PyBool_FromLong(fiber_is_master() == 1);
@@ -307,11 +304,7 @@ static PyObject *py_image_build(PyObject *self, PyObject *args)
     fiber_buf id = {0};
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_image_build_trees(program, t, x, tag, &id);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_image_build_trees(program, t, x, tag, &id));
     PyMem_Free(t);
     PyMem_Free(x);
     PyObject *res = rc ? fbp_raise(rc, msg)

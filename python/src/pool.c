@@ -127,11 +127,7 @@ static int pool_init(FbpPool *self, PyObject *args, PyObject *kw)
     }
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_pool_create(&self->p, &o);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_pool_create(&self->p, &o));
     if (rc) {
         fbp_raise(rc, msg);
         return -1;
@@ -222,13 +218,9 @@ static PyObject *pool_apply_async(FbpPool *self, PyObject *args)
     fiber_future *f = NULL;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_pool_apply_async(self->p, FBP_TASK, payload.buf,
+    FBP_CALL(rc, msg, fiber_pool_apply_async(self->p, FBP_TASK, payload.buf,
                                 (size_t)payload.len, ud ? on_done : NULL, ud,
-                                &f);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+                                &f));
     PyBuffer_Release(&payload);
     if (rc) {
         free(ud); /* a failed call never calls the callback */
@@ -289,13 +281,9 @@ static PyObject *pool_map_async(FbpPool *self, PyObject *args)
     }
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_pool_map_bufs_async(self->p, FBP_TASK, fu->iov, (size_t)n,
+    FBP_CALL(rc, msg, fiber_pool_map_bufs_async(self->p, FBP_TASK, fu->iov, (size_t)n,
                                    fu->outs, fu->codes, (size_t)chunksize,
-                                   &fu->f);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+                                   &fu->f));
     if (rc) {
         Py_DECREF(fu);
         return fbp_raise(rc, msg);

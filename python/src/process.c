@@ -31,12 +31,8 @@ static int process_init(FbpProcess *self, PyObject *args, PyObject *kw)
     }
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_process_start(&self->p, FBP_TASK, payload.buf,
-                             (size_t)payload.len, &o);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_process_start(&self->p, FBP_TASK, payload.buf,
+                             (size_t)payload.len, &o));
     PyBuffer_Release(&payload);
     if (rc) {
         fbp_raise(rc, msg);

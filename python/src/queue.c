@@ -57,11 +57,7 @@ static PyObject *queue_create(PyObject *cls, PyObject *args)
     fiber_queue *q;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_queue_create(&q, (size_t)capacity);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_queue_create(&q, (size_t)capacity));
     if (rc)
         return fbp_raise(rc, msg);
     return (PyObject *)queue_wrap(q);
@@ -76,11 +72,7 @@ static PyObject *queue_open(PyObject *cls, PyObject *args)
     fiber_queue *q;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_queue_open(&q, ser.buf, (size_t)ser.len);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_queue_open(&q, ser.buf, (size_t)ser.len));
     PyBuffer_Release(&ser);
     if (rc)
         return fbp_raise(rc, msg);
@@ -113,8 +105,8 @@ static int put_step(void *ctx, int slice_ms)
                 : fiber_pipe_send(c->p, c->data, c->len, slice_ms);
 }
 
-/* Puts with a timeout in ms (-1 forever, 0 no wait).  A zero timeout is
- * one call, which fails with FIBER_EAGAIN when it would wait. */
+/* Puts with a timeout in ms (-1 forever, 0 no wait: one call, which fails
+ * with FIBER_EAGAIN when it would wait). */
 static PyObject *put_common(fiber_queue *q, fiber_pipe *p, PyObject *args)
 {
     Py_buffer data;
@@ -123,16 +115,7 @@ static PyObject *put_common(fiber_queue *q, fiber_pipe *p, PyObject *args)
         return NULL;
     struct qput c = {q, p, data.buf, (size_t)data.len};
     char msg[1024] = "";
-    int rc;
-    if (timeout_ms == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = put_step(&c, 0);
-        if (rc)
-            snprintf(msg, sizeof msg, "%s", fiber_last_error());
-        Py_END_ALLOW_THREADS
-    } else {
-        rc = fbp_wait_sliced(put_step, &c, timeout_ms, msg, sizeof msg);
-    }
+    int rc = fbp_wait_sliced(put_step, &c, timeout_ms, msg, sizeof msg);
     PyBuffer_Release(&data);
     return status(rc, msg);
 }
@@ -158,16 +141,7 @@ static PyObject *get_common(fiber_queue *q, fiber_pipe *p, PyObject *args)
     fiber_buf b = {0};
     struct qget c = {q, p, &b};
     char msg[1024] = "";
-    int rc;
-    if (timeout_ms == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = get_step(&c, 0);
-        if (rc)
-            snprintf(msg, sizeof msg, "%s", fiber_last_error());
-        Py_END_ALLOW_THREADS
-    } else {
-        rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
-    }
+    int rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
     PyObject *res = rc == 0 ? fbp_bytes_of(&b) : status(rc, msg);
     fiber_buf_free(&b);
     return res;
@@ -256,11 +230,7 @@ static PyObject *pipe_create(PyObject *cls, PyObject *args)
     fiber_pipe *a, *b;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_pipe_create(&a, &b, duplex);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_pipe_create(&a, &b, duplex));
     if (rc)
         return fbp_raise(rc, msg);
     FbpPipe *pa = pipe_wrap(a);
@@ -285,11 +255,7 @@ static PyObject *pipe_open(PyObject *cls, PyObject *args)
     fiber_pipe *p;
     int rc;
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    rc = fiber_pipe_open(&p, ser.buf, (size_t)ser.len);
-    if (rc)
-        snprintf(msg, sizeof msg, "%s", fiber_last_error());
-    Py_END_ALLOW_THREADS
+    FBP_CALL(rc, msg, fiber_pipe_open(&p, ser.buf, (size_t)ser.len));
     PyBuffer_Release(&ser);
     if (rc)
         return fbp_raise(rc, msg);
