@@ -252,9 +252,13 @@ EOF
 # daemon never keeps a lock its caller holds (`flock
 # /tmp/fiber-engines.lock scripts/slurm-local.sh start` would otherwise
 # stay locked for as long as munged or slurmd runs).
+close_fds() {
+  for fd in 3 4 5 6 7 8 9; do eval "exec $fd>&-"; done
+}
+
 without_fds() {
   (
-    for fd in 3 4 5 6 7 8 9; do eval "exec $fd>&-"; done
+    close_fds
     exec "$@"
   )
 }
@@ -291,7 +295,9 @@ start_munged() {
 spawn() {
   pf=$1; out=$2; shift 2
   rm -f "$pf"
-  without_fds env "$MARK" setsid "$@" < /dev/null >> "$DIR/log/$out.out" 2>&1 &
+  # A backgrounded subshell that execs: no shell of ours stays behind
+  # holding the start/stop lock (or ctest's log) while the daemon runs.
+  ( close_fds; exec env "$MARK" setsid "$@" ) < /dev/null >> "$DIR/log/$out.out" 2>&1 &
   child=$!
   n=100
   while ! pid_of "$pf" >/dev/null; do

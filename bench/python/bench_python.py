@@ -52,6 +52,14 @@ class _pool:
         self.pool.terminate()
 
 
+def warm_up(pool, n):
+    """Returns once n workers are up: n tasks of 0.2 s, one each."""
+    wait = getattr(pool, "wait_until_workers_up", None)
+    if wait is not None and "fiber" in type(pool).__module__:
+        wait()
+    pool.map(T.sleep, [0.2] * n, 1)
+
+
 def timed(fn, *a):
     t = time.perf_counter()
     fn(*a)
@@ -64,7 +72,7 @@ def overhead(mod, t, rounds):
     overhead per round = (total - floor) / rounds, where the floor is the
     sum over rounds of each round's longest measured sleep."""
     with _pool(mod, 5) as pool:
-        pool.map(T.sleep, [0.0] * 10, 1)  # workers up
+        warm_up(pool, 5)
         floor = 0.0
         start = time.perf_counter()
         for _ in range(rounds):
@@ -76,7 +84,7 @@ def overhead(mod, t, rounds):
 
 def apply_rtt(mod, n):
     with _pool(mod, 1) as pool:
-        pool.apply(T.noop, (0,))
+        warm_up(pool, 1)
         samples = []
         for _ in range(n):
             t = time.perf_counter()
@@ -87,7 +95,7 @@ def apply_rtt(mod, n):
 
 def map_rate(mod, n, chunksize):
     with _pool(mod, 2) as pool:
-        pool.map(T.noop, range(100))
+        warm_up(pool, 2)
         el = timed(pool.map, T.noop, range(n), chunksize)
     return n / el
 
@@ -96,7 +104,7 @@ def numpy_rate(mod, n):
     import numpy as np
     arrays = [np.full(1 << 17, i, dtype=np.float64) for i in range(n)]  # 1 MiB
     with _pool(mod, 2) as pool:
-        pool.map(T.asum, arrays[:4])
+        warm_up(pool, 2)
         el = timed(pool.map, T.asum, arrays, 1)
     return n * (1 << 20) / el / 1e9
 
@@ -163,8 +171,11 @@ def measure_peer(name, venv, quick):
     cmd = [py, os.path.join(HERE, "peer_measure.py"), "--peer", name]
     if quick:
         cmd.append("--quick")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # this fiber must not shadow Uber's
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                             env=env)
     except subprocess.TimeoutExpired:
         print("peer %s: timed out" % name)
         return None
