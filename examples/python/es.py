@@ -108,8 +108,8 @@ def arg_parser():
     p.add_argument("--eval-episodes", type=positive(int), help="episodes of that evaluation")
     p.add_argument("--target", type=float, help="stop when the evaluation's mean "
                    "return reaches this, once --test-episodes new starts confirm it")
-    p.add_argument("--test-episodes", type=positive(int), default=20,
-                   help="new start states of the final test (20)")
+    p.add_argument("--test-episodes", type=int, default=20,
+                   help="new start states of the final test (20; 0: none)")
     p.add_argument("--iterations", type=positive(int), help="stop after this many iterations in all")
     p.add_argument("--time-limit", type=positive(float), help="stop after this many seconds of this run")
     p.add_argument("--pairs-per-task", type=positive(int), default=1,
