@@ -38,10 +38,13 @@ import es_train  # noqa: E402
 import es_worker  # noqa: E402
 
 
-def measure(kind, workers, cfg, info, noise, iterations):
-    """Runs 1 + iterations iterations on pool `kind`; returns its figures
-    and the final parameters."""
+def measure(kind, workers, cfg, info, noise, iterations, start):
+    """Runs 1 + iterations iterations on pool `kind` from state `start`
+    (an es.py checkpoint, or None: a new policy); returns its figures and
+    the final parameters."""
     trainer = es_train.Trainer(cfg, info, noise)
+    if start is not None:
+        trainer.load(start)
     t = time.perf_counter()
     pool = es_pools.make_pool(kind, workers, es_worker.init_worker,
                               (cfg["noise_seed"], cfg["noise_size"]))
@@ -77,21 +80,34 @@ def main():
     p.add_argument("--iterations", type=int, default=3, help="timed iterations per pool")
     p.add_argument("--pools", default="none,fiber,multiprocessing,ray")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--from", dest="start", metavar="CHECKPOINT",
+                   help="start from an es.py checkpoint's policy (of --env), so that "
+                   "episodes are as long as a trained policy's; default: a new policy")
     args = p.parse_args()
 
     cfg = dict(es.GENERIC_DEFAULTS, **es.ENV_DEFAULTS.get(args.env, {}))
-    cfg.update(env=args.env, seed=args.seed, pairs=args.pairs, noise_seed=12345,
-               noise_size=2 ** 24, pairs_per_task=1)
+    cfg.update(env=args.env, seed=args.seed, noise_seed=12345, noise_size=2 ** 24)
+    start = None
+    if args.start:
+        start = es.load_checkpoint(args.start)
+        cfg.update(start["config"])
+        if cfg["env"] != args.env:
+            print("es_bench: %s is a checkpoint of %s, not %s" % (args.start, cfg["env"], args.env),
+                  file=sys.stderr)
+            return 2
+    cfg.update(pairs=args.pairs, pairs_per_task=1)
     info = es.env_info(args.env)
     noise = es_worker.noise_table(cfg["noise_seed"], cfg["noise_size"])
-    print("es_bench: %s, population %d, %d workers, %d timed iterations per pool (after 1 warm-up)"
-          % (args.env, 2 * args.pairs, args.workers, args.iterations), flush=True)
+    print("es_bench: %s, population %d, %d workers, %d timed iterations per pool (after 1 warm-up), "
+          "from %s" % (args.env, 2 * args.pairs, args.workers, args.iterations,
+                       "%s (iteration %d)" % (args.start, start["iteration"]) if start
+                       else "a new policy"), flush=True)
 
     figures, skipped, thetas = {}, {}, {}
     for kind in args.pools.split(","):
         try:
             figures[kind], thetas[kind] = measure(kind, args.workers, cfg, info, noise,
-                                                  args.iterations)
+                                                  args.iterations, start)
         except es_pools.PoolError as e:
             skipped[kind] = str(e)
             print("  %-15s skipped: %s" % (kind, e), flush=True)
@@ -118,6 +134,7 @@ def main():
     print("policies identical across pools: %s" % same)
     print(json.dumps({"bench": "es_bench", "env": args.env, "population": 2 * args.pairs,
                       "workers": args.workers, "iterations": args.iterations,
+                      "from": args.start, "from_iteration": start["iteration"] if start else 0,
                       "pools": figures, "ratios": ratios, "skipped": skipped,
                       "identical_policies": same}))
     return 0 if same else 1

@@ -126,3 +126,29 @@ def test_ray_pool_without_ray_says_so(gym, tmp_path):
         pytest.skip("ray is installed here")
     r = run(ES, ["--env", "CartPole-v1", "--pool", "ray", "--iterations", "1"], tmp_path)
     assert r.returncode == 1 and "--pool ray needs Ray" in r.stderr, r.stderr
+
+
+def round_lines(out):
+    """The round lines without their times."""
+    return [re.sub(r" +[\d.]+ s ", " ", line) for line in out.splitlines()
+            if line.startswith("round ")]
+
+
+def test_pbt_solves_cartpole_and_reads_the_board_back(gym, tmp_path):
+    r = run(PBT, ["--env", "CartPole-v1", "--learners", "3"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"solved in round \d+ .* averages 500\.0 on 100 new start states", r.stdout), r.stdout
+    for i in range(3):
+        assert re.search(r"^  L%d  round +\d+  score" % i, r.stdout, re.M), r.stdout
+    assert "best score of the run: 500.0" in r.stdout
+
+
+def test_pbt_exploits_and_is_deterministic_on_either_pool(gym, tmp_path):
+    common = ["--env", "Pendulum-v1", "--rounds", "3", "--learners", "4", "--seed", "1"]
+    a = run(PBT, common + ["--pool", "fiber"], tmp_path)
+    b = run(PBT, common + ["--pool", "multiprocessing"], tmp_path)
+    assert a.returncode == 1 and b.returncode == 1, a.stdout + a.stderr + b.stdout + b.stderr
+    ra, rb = round_lines(a.stdout), round_lines(b.stdout)
+    assert len(ra) == 3 and ra == rb, (ra, rb)
+    m = re.search(r"^(\d+) exploit steps", a.stdout, re.M)
+    assert m and int(m.group(1)) >= 1 and "*" in "".join(ra[1:]), a.stdout
