@@ -23,6 +23,8 @@
 #   make python     build the Python package in place (python/fiber/_fiber*.so)
 #                   in the virtual environment build/venv
 #   make test-python  its pytest suite (also part of make test)
+#   make python-examples  the package, and build/venv-examples with the
+#                   Python examples' environments (MuJoCo, Box2D), matplotlib, Ray
 #   make bench      build, then run the benchmarks
 #   make install    install to PREFIX (default /usr/local), honours DESTDIR
 #   make clean      remove build directories
@@ -45,7 +47,7 @@ VENV ?= $(BUILD)/venv
 PYTEST_ARGS ?=
 
 .PHONY: all deps engines build run test test-asan fuzz valgrind valgrind-ci \
-	bench install clean python test-python
+	bench install clean python test-python python-examples
 
 all: build
 
@@ -82,6 +84,9 @@ python: build
 	cd python && FIBER_STATIC_LIB=$(abspath $(BUILD))/lib/libfiber.a \
 	  $(abspath $(VENV))/bin/python setup.py -q build_ext --inplace \
 	  --build-temp $(abspath $(BUILD))/python-temp
+
+python-examples: python
+	@scripts/examples-env.sh $(BUILD)/venv-examples
 
 test-python: python
 	cd python && PYTHONPATH=$(CURDIR)/python $(abspath $(VENV))/bin/python \

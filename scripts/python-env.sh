@@ -2,10 +2,13 @@
 # Creates the virtual environment the Python package is built and tested
 # in (build/venv by default), with what its tests need, and nothing
 # installed outside it.  Idempotent: a stamp records what was installed.
-#   scripts/python-env.sh [VENV_DIR]
+#   scripts/python-env.sh [VENV_DIR [EXTRA_PACKAGE...]]
+# gymnasium is in the test venv for the ES example's CartPole test (pure
+# Python); scripts/examples-env.sh passes the examples' heavier extras.
 set -eu
 venv=${1:-build/venv}
-want="pytest numpy cloudpickle setuptools wheel"
+[ $# -gt 0 ] && shift
+want="pytest numpy cloudpickle setuptools wheel gymnasium${*:+ $*}"
 stamp="$venv/.fiber-packages"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
