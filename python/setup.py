@@ -42,6 +42,9 @@ if static:
 else:
     sources += library_sources()
 
+# setuptools wants sources relative to this directory.
+sources = [os.path.relpath(p, HERE) for p in sources]
+
 cflags = pkg_config("--cflags")
 libs = pkg_config("--libs")
 ext = Extension(
@@ -54,8 +57,10 @@ ext = Extension(
                         "-Wextra", "-Wno-missing-field-initializers",
                         "-Wno-unused-parameter"] + cflags,
     extra_objects=extra_objects,
-    depends=extra_objects + glob.glob(os.path.join(HERE, "src", "*.h")) +
-    glob.glob(os.path.join(ROOT, "include", "fiber", "*.h")),
+    depends=extra_objects + [os.path.relpath(p, HERE) for p in
+                             glob.glob(os.path.join(HERE, "src", "*.h")) +
+                             glob.glob(os.path.join(ROOT, "include", "fiber",
+                                                    "*.h"))],
     # libcurl is dlopen()ed when first needed; only its headers are used.
     extra_link_args=[a for a in libs if "curl" not in a] + ["-lpthread", "-ldl"],
 )
