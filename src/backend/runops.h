@@ -1,0 +1,120 @@
+/*
+ * runops.h -- run-level operations: what the `fiber` command (and
+ * fiber_run_start, fiber_runs_list, fiber_run_logs, fiber_run_kill,
+ * fiber_run_clean, fiber_backend_check) does to a whole run, one table per
+ * backend, each in its backend's folder (backend/<name>/runs.c).
+ *
+ * backend.h's fb_backend_ops start and watch the jobs of a running master;
+ * these act from outside a run, in a process that need not be its master
+ * (the fiber command), and need no fiber_init().  api/ dispatches to them
+ * through the registry (backend.c) and names no backend itself.
+ *
+ * Threading: called from the caller's thread, no lock held; each op may
+ * block for as long as its engine takes to answer (a few seconds), except
+ * follow and wait, which block as their comments say.
+ *
+ * Errors: every op returns 0 or a FIBER_E* code with fiber_last_error()
+ * saying what failed and what to do.
+ */
+#ifndef FB_RUNOPS_H
+#define FB_RUNOPS_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "fiber/fiber.h"
+
+/* What fiber_run_start hands a backend's start op. */
+struct fb_run_start {
+    const char *run;             /* the new run's id (fb_run_id_new) */
+    const char *const *argv;     /* argv[0] as the caller gave it */
+    const fiber_run_opts *opts;  /* never NULL */
+    const char *const *vars;     /* "NAME=value" for the master: the run id
+                                    (FIBER_BOOT_RUN), FIBER_BACKEND and the
+                                    caller's env; a backend adds its own
+                                    (FIBER_IMAGE) */
+    size_t n_vars;
+};
+
+/* The handle behind fiber_run; api/ allocates and frees it, the backend's
+ * start op fills it in. */
+struct fiber_run {
+    unsigned magic;
+    char name[64];                   /* the run id */
+    const struct fb_run_ops *ops;    /* the backend it runs on */
+    long pid;                        /* the master's pid on this host, or -1 */
+    char engine_id[256];             /* container id, pod name, Slurm job
+                                        id; "" when none */
+    char dir[PATH_MAX];              /* local run directory, or "" */
+    int detached, reaped, exit_code; /* local bookkeeping */
+    void *priv;                      /* the backend's; freed by release */
+};
+
+struct fb_run_ops {
+    const char *name; /* "local", "docker", "slurm", "kubernetes" */
+
+    /* fiber_backend_check: one line saying what was found (engine,
+     * version, reachable) into detail.  0 when usable. */
+    int (*describe)(char *detail, size_t size);
+
+    /* Starts the master of a new run (fiber_run_start); NULL: this
+     * backend cannot start runs (FIBER_ENOTSUP naming the backends that
+     * can).  Nothing runs after a failure. */
+    int (*start)(const struct fb_run_start *s, struct fiber_run *r);
+    /* Copies the master's output to out_fd / err_fd until it ends (0 at
+     * once when it already goes there). */
+    int (*follow)(struct fiber_run *r, int out_fd, int err_fd);
+    /* Waits up to timeout_ms (negative: forever) for the master to end;
+     * its exit code (or -signal) in *exit_code.  FIBER_ETIMEDOUT. */
+    int (*wait)(struct fiber_run *r, int timeout_ms, int *exit_code);
+    /* Frees r->priv (may be NULL). */
+    void (*release)(struct fiber_run *r);
+
+    /* Adds this backend's runs (only == NULL) or run only to l, through
+     * fb_runs_add_run / fb_runs_add_job (api/runs.c).  An engine that
+     * cannot be reached or is not configured is not an error: it returns
+     * 0 and says why in l->warning (appending, "; "-separated). */
+    int (*list)(fiber_run_list *l, const char *only);
+    /* Appends the logs of r's job named job (NULL: all, each headed by
+     * "==> <name> <==" when headings) to out.  FIBER_ENOKEY: no such
+     * job or nothing logged. */
+    int (*logs)(const fiber_run_info *r, const char *job, int headings,
+                fiber_buf *out);
+    /* Stops what of r runs (politely, then by force after
+     * terminate_grace_ms), a line per action in report (may be NULL);
+     * *stopped counts what was stopped. */
+    int (*kill)(const fiber_run_info *r, fiber_buf *report, int *stopped);
+    /* Removes what the dead run r left in the engine (stopped containers,
+     * ended pods, job records, files); named: the user asked for this run
+     * by name.  A line per removal in report. */
+    int (*clean)(const fiber_run_info *r, int named, fiber_buf *report);
+};
+
+/* The registry (backend.c): the run ops of backend name, or NULL with a
+ * message listing the backends that exist; and every backend's in turn
+ * (i = 0, 1, ... until NULL). */
+const struct fb_run_ops *fb_run_ops_find(const char *name);
+const struct fb_run_ops *fb_run_ops_at(size_t i);
+
+/* For list ops (api/runs.c): the entry of run in l, added (backend set,
+ * master_pid -1, alive 0) when missing; NULL on ENOMEM.  A run found by
+ * two backends (a local run directory of a docker run) keeps the first
+ * backend's name. */
+fiber_run_info *fb_runs_add_run(fiber_run_list *l, const char *run,
+                                const char *backend);
+/* Appends a job to r, copying every string (any length; NULL reads as
+ * ""); pid -1 when none.  Returns the job, or NULL on ENOMEM. */
+fiber_job_info *fb_runs_add_job(fiber_run_info *r, const char *name,
+                                const char *role, const char *state,
+                                const char *status, long pid,
+                                const char *engine_id);
+/* Appends "; "-separated text to l->warning. */
+void fb_runs_warn(fiber_run_list *l, const char *fmt, ...)
+    FIBER_PRINTF(2, 3);
+
+extern const struct fb_run_ops fb_run_ops_local;
+extern const struct fb_run_ops fb_run_ops_docker;
+extern const struct fb_run_ops fb_run_ops_slurm;
+extern const struct fb_run_ops fb_run_ops_kubernetes;
+
+#endif /* FB_RUNOPS_H */
