@@ -19,6 +19,10 @@
 #            done (not root, no archive) it says so and exits 0: the
 #            engine cases are then skipped; under CI (CI=true) it fails.
 #
+# Progress: an install prints a line every 30 s while apt-get works
+# (FIBER_PROGRESS_INTERVAL), and engines a line per stage with the time
+# so far; the Kubernetes build prints its own (scripts/progress.sh).
+#
 # Every apt-get waits up to 10 minutes for the dpkg lock
 # (-o DPkg::Lock::Timeout=600) and the project's scripts take
 # /var/lock/fiber-apt.lock around theirs, so two never collide.
@@ -40,6 +44,13 @@ case "${1:-build}" in
 esac
 set_name=${1:-build}
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/progress.sh
+. "$top/scripts/progress.sh"
+if [ "$set_name" = engines ]; then
+  progress_start fiber 2
+else
+  progress_start fiber 1
+fi
 
 under_ci() {
   case ${CI:-} in '' | 0 | false) return 1 ;; esac
@@ -56,6 +67,8 @@ cannot() {
   exit 1
 }
 
+[ "$set_name" != engines ] ||
+  progress_stage 1 "engines: the test clusters' packages (Slurm, munge, etcd, Go...)"
 missing=""
 for p in $want; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -77,13 +90,14 @@ if [ -n "$missing" ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt="$SUDO flock /var/lock/fiber-apt.lock apt-get -o DPkg::Lock::Timeout=600"
-  $apt update -qq || cannot "apt-get update failed"
+  progress_run "apt-get update" $apt update -qq || cannot "apt-get update failed"
   # shellcheck disable=SC2086
-  $apt install -y -qq --no-install-recommends $missing ||
+  progress_run "apt-get install$missing" $apt install -y -qq --no-install-recommends $missing ||
     cannot "apt-get install failed:$missing"
 fi
 
 if [ "$set_name" = engines ]; then
+  progress_stage 2 "engines: the Kubernetes binaries (built once, 5.5 to 15 minutes; then cached)"
   if [ "$(id -u)" = 0 ] || [ -x "${K8S_LOCAL_CACHE:-/var/cache/fiber-k8s}/bin/kubelet" ]; then
     "$top/scripts/k8s-local.sh" build || cannot "the Kubernetes binaries could not be built"
   else
