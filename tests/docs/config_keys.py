@@ -60,6 +60,9 @@ def code_table(root):
 
 def code_defaults(helper, names):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIBER_")}
+    helper = os.path.abspath(helper)
+    if not os.access(helper, os.X_OK):
+        sys.exit(f"FAIL {helper}: not an executable (build docs_config_defaults)")
     with tempfile.TemporaryDirectory(prefix="fiber-docs-") as cwd:
         r = subprocess.run([helper] + names, cwd=cwd, env=env,
                            capture_output=True, text=True)
