@@ -67,7 +67,8 @@ WARNINGS = ["-std=gnu11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
             "-Wno-unused-variable", "-Wno-unused-but-set-variable",
             "-Wno-unused-parameter", "-Wno-unused-function",
             "-Wno-unused-value", "-Wno-missing-field-initializers",
-            "-Wno-maybe-uninitialized"]
+            "-Wno-maybe-uninitialized",
+            "-Wno-unknown-warning-option"]
 
 FENCE = re.compile(r"^(\s*)```c(?:\s+(.*))?\s*$")
 CLOSE = re.compile(r"^\s*```\s*$")
