@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/docker/http.h"
+#include "backend/http/http.h"
 #include "core/child.h"
 #include "core/common.h"
 #include "core/runtime.h"
@@ -205,7 +205,7 @@ static void engine_open(void)
 {
     if (engine.easy)
         return;
-    CHECK_OK(fb_http_open(&engine, DOCKER_SOCK));
+    CHECK_OK(fb_http_open_unix(&engine, "the Docker Engine", DOCKER_SOCK));
     struct fb_http_reply r;
     CHECK_OK(fb_http_request(&engine, "GET", "/_ping", NULL, 0, NULL, 5000,
                              &r));
@@ -234,7 +234,7 @@ static long list_containers(const char *run, char ids[][80], size_t max,
     char filter[256], escaped[512], path[700];
     snprintf(filter, sizeof filter, "{\"label\":[\"fiber.run=%s\"]}", run);
     if (fb_http_escape(filter, escaped, sizeof escaped) != 0 ||
-        (!engine.easy && fb_http_open(&engine, DOCKER_SOCK) != 0))
+        (!engine.easy && fb_http_open_unix(&engine, "the Docker Engine", DOCKER_SOCK) != 0))
         return -1;
     snprintf(path, sizeof path, "/containers/json?all=%d&filters=%s",
              running_only ? 0 : 1, escaped);
