@@ -36,13 +36,13 @@ static int unreachable(const struct fb_engine *e, int rc)
     if (rc == FIBER_EUNREACHABLE && os_errno == ENOENT)
         return fb_err(rc,
                       "cannot reach the Docker Engine at %s: no such socket; "
-                      "is dockerd running? (systemctl start docker) " ELSEWHERE,
+                      "is dockerd running? (systemctl start docker); or " ELSEWHERE,
                       e->socket);
     if (rc == FIBER_EUNREACHABLE && os_errno == ECONNREFUSED)
         return fb_err(rc,
                       "cannot reach the Docker Engine at %s: connection "
                       "refused, nothing listens there; is dockerd running? "
-                      "(systemctl start docker) " ELSEWHERE,
+                      "(systemctl start docker); or " ELSEWHERE,
                       e->socket);
     if (rc == FIBER_EUNREACHABLE && os_errno == EACCES)
         return fb_err(rc,
