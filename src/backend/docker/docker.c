@@ -282,11 +282,7 @@ static json_t *binds(const struct fb_config *cfg,
         fb_json_push(b, json_stringn(p, n), &bad);
         p += n + (comma ? 1 : 0);
     }
-    if (bad) {
-        json_decref(b);
-        return NULL;
-    }
-    return b;
+    return fb_json_done(b, bad);
 }
 
 static json_t *host_config(const struct fb_config *cfg,
@@ -317,11 +313,7 @@ static json_t *host_config(const struct fb_config *cfg,
         fb_json_push(reqs, req, &bad);
         fb_json_put(h, "DeviceRequests", reqs, &bad);
     }
-    if (bad) {
-        json_decref(h);
-        return NULL;
-    }
-    return h;
+    return fb_json_done(h, bad);
 }
 
 /* The body of POST /containers/create. */
@@ -359,11 +351,7 @@ static json_t *container_config(const struct fb_config *cfg,
     if (spec->opts && spec->opts->workdir)
         fb_json_put(c, "WorkingDir", json_string(spec->opts->workdir), &bad);
     fb_json_put(c, "HostConfig", host_config(cfg, spec, secret_path), &bad);
-    if (bad) {
-        json_decref(c);
-        return NULL;
-    }
-    return c;
+    return fb_json_done(c, bad);
 }
 
 /* Checks what the job asks for against what the engine offers, and picks

@@ -33,17 +33,15 @@ static int api_minor_of(const char *version)
 static int unreachable(const struct fb_engine *e, int rc)
 {
     long os_errno = e->http.os_errno;
-    if (rc == FIBER_EUNREACHABLE && os_errno == ENOENT)
+    const char *what = os_errno == ENOENT ? "no such socket"
+                      : os_errno == ECONNREFUSED
+                          ? "connection refused, nothing listens there"
+                          : NULL;
+    if (rc == FIBER_EUNREACHABLE && what)
         return fb_err(rc,
-                      "cannot reach the Docker Engine at %s: no such socket; "
-                      "is dockerd running? (systemctl start docker); or " ELSEWHERE,
-                      e->socket);
-    if (rc == FIBER_EUNREACHABLE && os_errno == ECONNREFUSED)
-        return fb_err(rc,
-                      "cannot reach the Docker Engine at %s: connection "
-                      "refused, nothing listens there; is dockerd running? "
-                      "(systemctl start docker); or " ELSEWHERE,
-                      e->socket);
+                      "cannot reach the Docker Engine at %s: %s; is dockerd "
+                      "running? (systemctl start docker); or " ELSEWHERE,
+                      e->socket, what);
     if (rc == FIBER_EUNREACHABLE && os_errno == EACCES)
         return fb_err(rc,
                       "cannot reach the Docker Engine at %s: permission "

@@ -482,21 +482,37 @@ static int image_ref_ok(const char *image)
     return 1;
 }
 
-FIBER_API int fiber_image_inspect(const char *image, fiber_image_info *out)
+/* The request of fiber_image_inspect and fiber_image_remove: method on
+ * /images/<image><suffix>, the answer in *j.  e is left open (closed
+ * already when its open failed: *opened says which). */
+static int image_request(const char *fn, const char *image, const char *method,
+                         const char *suffix, const char *doing,
+                         struct fb_engine *e, int *opened, json_t **j)
 {
-    if (!out || !image_ref_ok(image))
-        return fb_err(FIBER_EINVAL, "fiber_image_inspect: invalid image name "
-                                    "'%.200s'",
+    *opened = 0;
+    *j = NULL;
+    if (!image_ref_ok(image))
+        return fb_err(FIBER_EINVAL, "%s: invalid image name '%.200s'", fn,
                       image ? image : "(null)");
-    struct fb_engine e;
-    int rc = fb_engine_open(&e);
+    int rc = fb_engine_open(e);
     if (rc)
         return rc;
+    *opened = 1;
     char path[400], what[320];
-    snprintf(path, sizeof path, "/images/%s/json", image);
-    snprintf(what, sizeof what, "image %s", image);
-    json_t *j = NULL;
-    rc = fb_engine_json(&e, "GET", path, NULL, &j, what);
+    snprintf(path, sizeof path, "/images/%s%s", image, suffix);
+    snprintf(what, sizeof what, "%s%s", doing, image);
+    return fb_engine_json(e, method, path, NULL, j, what);
+}
+
+FIBER_API int fiber_image_inspect(const char *image, fiber_image_info *out)
+{
+    if (!out)
+        return fb_err(FIBER_EINVAL, "fiber_image_inspect: out is NULL");
+    struct fb_engine e;
+    json_t *j;
+    int opened;
+    int rc = image_request("fiber_image_inspect", image, "GET", "/json",
+                           "inspecting image ", &e, &opened, &j);
     if (rc == FIBER_ENOKEY)
         fb_err(FIBER_ENOKEY,
                "no image %s in the Docker Engine at %s; build it with fiber "
@@ -518,30 +534,24 @@ FIBER_API int fiber_image_inspect(const char *image, fiber_image_info *out)
         *out = info;
     }
     json_decref(j);
-    fb_engine_close(&e);
+    if (opened)
+        fb_engine_close(&e);
     return rc;
 }
 
 FIBER_API int fiber_image_remove(const char *image)
 {
-    if (!image_ref_ok(image))
-        return fb_err(FIBER_EINVAL, "fiber_image_remove: invalid image name "
-                                    "'%.200s'",
-                      image ? image : "(null)");
     struct fb_engine e;
-    int rc = fb_engine_open(&e);
-    if (rc)
-        return rc;
-    char path[400], what[320];
-    snprintf(path, sizeof path, "/images/%s", image);
-    snprintf(what, sizeof what, "removing image %s", image);
-    json_t *j = NULL;
-    rc = fb_engine_json(&e, "DELETE", path, NULL, &j, what);
+    json_t *j;
+    int opened;
+    int rc = image_request("fiber_image_remove", image, "DELETE", "",
+                           "removing image ", &e, &opened, &j);
     if (rc == FIBER_EBACKEND && strstr(fiber_last_error(), "container"))
         fb_err(FIBER_EBACKEND,
                "%s; remove the containers of ended runs first (fiber clean)",
                fiber_last_error());
     json_decref(j);
-    fb_engine_close(&e);
+    if (opened)
+        fb_engine_close(&e);
     return rc;
 }

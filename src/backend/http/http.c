@@ -416,18 +416,28 @@ int fb_http_request(struct fb_http *h, const char *method, const char *path,
     return rc;
 }
 
+/* Sends body (NULL: none) as JSON; the reply in *r (the caller frees
+ * it whatever the result). */
+static int send_json(struct fb_http *h, const char *method, const char *path,
+                     json_t *body, long timeout_ms, struct fb_http_reply *r)
+{
+    char *text = NULL;
+    memset(r, 0, sizeof *r);
+    if (body && !(text = json_dumps(body, JSON_COMPACT)))
+        return fb_err(FIBER_ENOMEM, "out of memory encoding a request");
+    int rc = fb_http_request(h, method, path, text, text ? strlen(text) : 0,
+                             "application/json", timeout_ms, r);
+    free(text);
+    return rc;
+}
+
 int fb_http_json(struct fb_http *h, const char *method, const char *path,
                  json_t *body, long timeout_ms, long *status, json_t **out)
 {
-    char *text = NULL;
     if (out)
         *out = NULL;
-    if (body && !(text = json_dumps(body, JSON_COMPACT)))
-        return fb_err(FIBER_ENOMEM, "out of memory encoding a request");
     struct fb_http_reply r;
-    int rc = fb_http_request(h, method, path, text, text ? strlen(text) : 0,
-                             "application/json", timeout_ms, &r);
-    free(text);
+    int rc = send_json(h, method, path, body, timeout_ms, &r);
     if (rc == 0) {
         *status = r.status;
         if (out && r.body.len)
@@ -441,15 +451,10 @@ int fb_http_call(struct fb_http *h, const char *method, const char *path,
                  json_t *body, long timeout_ms, json_t **out,
                  const char *what)
 {
-    char *text = NULL;
     if (out)
         *out = NULL;
-    if (body && !(text = json_dumps(body, JSON_COMPACT)))
-        return fb_err(FIBER_ENOMEM, "out of memory encoding a request");
     struct fb_http_reply r;
-    int rc = fb_http_request(h, method, path, text, text ? strlen(text) : 0,
-                             "application/json", timeout_ms, &r);
-    free(text);
+    int rc = send_json(h, method, path, body, timeout_ms, &r);
     if (rc == 0 && fb_http_status_code(r.status))
         rc = fb_http_refused(h, 0, what, r.status, r.body.data, r.body.len,
                              NULL);
