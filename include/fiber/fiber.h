@@ -1320,8 +1320,9 @@ FIBER_API int fiber_manager_state(fiber_buf **state);
  * docker_socket configuration key (default /var/run/docker.sock), speaking
  * the API version the daemon reports on /_ping, at most 1.41.  Every call
  * that talks to it may block for as long as the daemon takes; a daemon
- * that cannot be reached fails the call with FIBER_EUNREACHABLE and a
- * message that names the socket and says what to do.
+ * that cannot be reached fails the call with FIBER_EUNREACHABLE (one that
+ * does not answer in time: FIBER_ETIMEDOUT) and a message that names the
+ * socket and says what to do.
  * ------------------------------------------------------------------------ */
 
 /* Builds a container image of program and imports it into the Docker
@@ -1371,6 +1372,31 @@ FIBER_API int fiber_image_build_trees(const char *program,
                                       const char *const *trees,
                                       const char *const *excludes,
                                       const char *tag, fiber_buf *id_out);
+
+/* One line of progress (no new line at its end), for as long as the call
+ * that reports it runs; the text is gone when the function returns. */
+typedef void (*fiber_progress_fn)(void *ud, const char *line);
+
+/* What fiber_image_build_with builds; zero it, then set what you need. */
+typedef struct fiber_image_build_opts {
+    const char *tag;             /* NULL: fiber_image_default_tag() */
+    const char *const *trees;    /* as fiber_image_build_trees; NULL: none */
+    const char *const *excludes; /* NULL: none */
+    fiber_progress_fn progress;  /* NULL: quiet */
+    void *progress_ud;           /* handed to progress */
+} fiber_image_build_opts;
+
+/* fiber_image_build_trees with its options in *opts (NULL: all zero), and
+ * progress: when opts->progress is set, it is called once per stage of
+ * the build, from the caller's thread, with a line saying what is being
+ * done or was found: the program and its loader, how many libraries the
+ * loader listed, how many files and bytes the trees and the whole archive
+ * hold, the import into the Docker Engine (where, as which tag), and the
+ * result (the image id, the time taken).  `fiber image build` prints them
+ * on stderr.  Returns as fiber_image_build_trees does. */
+FIBER_API int fiber_image_build_with(const char *program,
+                                     const fiber_image_build_opts *opts,
+                                     fiber_buf *id_out);
 
 /* Writes program's default image tag into buf (size bytes):
  * "fiber/<program's base name, lower-cased>:<first 12 hex digits of its
