@@ -502,6 +502,7 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
         pool_release(p);
         return rc;
     }
+    fb_pool_registry_add(p);
     *out = p;
     return 0;
 }
@@ -1202,6 +1203,7 @@ FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st)
     st->workers_target = p->target;
     st->tasks_queued = p->queued + RETRIES(p);
     st->tasks_in_flight = p->count.inflight;
+    st->workers_starting = p->count.starting;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -1231,6 +1233,7 @@ FIBER_API void fiber_pool_free(fiber_pool *p)
 {
     if (!p || check_pool(p))
         return;
+    fb_pool_registry_remove(p);
     stop_idle_workers(p);
     fiber_pool_terminate(p);
     pthread_mutex_lock(&p->mu);
