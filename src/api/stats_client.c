@@ -38,10 +38,11 @@ struct fiber_run_watch {
     char run[64];
 };
 
-/* Reads dir/name (at most size - 1 bytes) into out, without its final
- * newline.  Returns 0, or -1 with errno set. */
+/* Reads dir/name (at most size - 1 bytes) into out, cut at its first
+ * newline; the second line goes to rest (may be NULL).  Returns 0, or -1
+ * with errno set. */
 static int read_line(const char *dir, const char *name, char *out,
-                     size_t size)
+                     size_t size, char *rest, size_t rest_size)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -56,7 +57,15 @@ static int read_line(const char *dir, const char *name, char *out,
         return -1;
     }
     out[n] = '\0';
-    out[strcspn(out, "\n")] = '\0';
+    char *nl = strchr(out, '\n');
+    if (nl) {
+        *nl = '\0';
+        if (rest)
+            snprintf(rest, rest_size, "%.*s", (int)strcspn(nl + 1, "\n"),
+                     nl + 1);
+    } else if (rest) {
+        rest[0] = '\0';
+    }
     return 0;
 }
 
@@ -98,7 +107,7 @@ static int no_run_dir(const char *run)
 
 /* Finds the master's address and the token in the run's directory. */
 static int locate(const char *run, char *addr, size_t addr_size,
-                  uint8_t token[FB_WIRE_TOKEN_LEN])
+                  int *encrypted, uint8_t token[FB_WIRE_TOKEN_LEN])
 {
     if (!fb_run_id_valid(run))
         return fb_err(FIBER_EINVAL,
@@ -112,7 +121,9 @@ static int locate(const char *run, char *addr, size_t addr_size,
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return no_run_dir(run);
-    if (read_line(dir, FB_MONITOR_ADDR_FILE, addr, addr_size) != 0) {
+    char mode[32];
+    if (read_line(dir, FB_MONITOR_ADDR_FILE, addr, addr_size, mode,
+                  sizeof mode) != 0) {
         if (errno != ENOENT)
             return fb_err_errno(FIBER_ESYS, "cannot read %s/%s", dir,
                                 FB_MONITOR_ADDR_FILE);
@@ -122,7 +133,13 @@ static int locate(const char *run, char *addr, size_t addr_size,
                       "job yet)",
                       run, dir, FB_MONITOR_ADDR_FILE);
     }
-    if (read_line(dir, FB_MONITOR_TOKEN_FILE, hex, sizeof hex) != 0)
+    *encrypted = strcmp(mode, "encrypted") == 0;
+    if (!*encrypted && strcmp(mode, "plain") != 0)
+        return fb_err(FIBER_EPROTO,
+                      "%s/%s says neither encrypted nor plain on its second "
+                      "line",
+                      dir, FB_MONITOR_ADDR_FILE);
+    if (read_line(dir, FB_MONITOR_TOKEN_FILE, hex, sizeof hex, NULL, 0) != 0)
         return fb_err_errno(errno == ENOENT ? FIBER_ESTATE : FIBER_ESYS,
                             "cannot read the run's token in %s/%s", dir,
                             FB_MONITOR_TOKEN_FILE);
@@ -137,7 +154,7 @@ static int locate(const char *run, char *addr, size_t addr_size,
 
 /* HELLO with the token, then WELCOME or REJECT. */
 static int handshake(struct fiber_run_watch *w, const char *addr,
-                     const uint8_t token[FB_WIRE_TOKEN_LEN],
+                     int encrypted, const uint8_t token[FB_WIRE_TOKEN_LEN],
                      uint64_t deadline)
 {
     struct fb_conn *c = &w->conn;
@@ -152,7 +169,7 @@ static int handshake(struct fiber_run_watch *w, const char *addr,
                              .name = name,
                              .name_len = (uint8_t)(sizeof name - 1)};
     memcpy(h.token, token, sizeof h.token);
-    int rc = fb_conn_secure_for(c, addr, FB_SEC_CLIENT, token);
+    int rc = encrypted ? fb_conn_secure(c, FB_SEC_CLIENT, token) : 0;
     if (rc == 0)
         rc = fb_wire_put_hello(&c->out, &h);
     sodium_memzero(h.token, sizeof h.token);
@@ -197,7 +214,8 @@ FIBER_API int fiber_run_watch_open(fiber_run_watch **out, const char *run,
     *out = NULL;
     char addr[600];
     uint8_t token[FB_WIRE_TOKEN_LEN];
-    int rc = locate(run, addr, sizeof addr, token);
+    int encrypted = 0;
+    int rc = locate(run, addr, sizeof addr, &encrypted, token);
     if (rc)
         return rc;
     struct fiber_run_watch *w = calloc(1, sizeof *w);
@@ -218,7 +236,7 @@ FIBER_API int fiber_run_watch_open(fiber_run_watch **out, const char *run,
                     run, addr, fiber_last_error());
     if (rc == 0) {
         fb_conn_init(&w->conn, fd, WATCH_MAX_PAYLOAD);
-        rc = handshake(w, addr, token, deadline);
+        rc = handshake(w, addr, encrypted, token, deadline);
     }
     sodium_memzero(token, sizeof token);
     if (rc) {
