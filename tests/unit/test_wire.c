@@ -234,7 +234,7 @@ TEST(hdr_bad_version)
 
 TEST(hdr_unknown_type)
 {
-    static const unsigned bad[] = {0, 18, 200, 255};
+    static const unsigned bad[] = {0, 20, 200, 255};
     for (size_t i = 0; i < FB_ARRAY_LEN(bad); i++) {
         uint8_t b[FB_WIRE_HDR_LEN];
         char want[16];
@@ -783,7 +783,7 @@ TEST(text_rules)
 
 TEST(check_payload_unknown_type)
 {
-    static const unsigned bad[] = {0, 18, 200};
+    static const unsigned bad[] = {0, 20, 200};
     for (size_t i = 0; i < FB_ARRAY_LEN(bad); i++) {
         char err[ERRLEN] = "";
         struct fb_wire_hdr h = {.type = (uint8_t)bad[i], .len = 0};
