@@ -473,6 +473,8 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
     fb_spin_init(&p->spin, 50);
     if (rc == 0)
         rc = start_bg(p);
+    if (rc == 0)
+        fb_pool_registry_add(p); /* fiber top shows its workers starting */
     /* Launch in small groups, letting go of the lock between them, so
      * that the first workers are admitted while the rest start. */
     for (int started = 0; rc == 0 && started < p->target;) {
@@ -498,11 +500,11 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
             pthread_mutex_unlock(&p->mu);
             pthread_join(p->bg, NULL);
         }
+        fb_pool_registry_remove(p);
         fb_pool_sched_fini(p);
         pool_release(p);
         return rc;
     }
-    fb_pool_registry_add(p);
     *out = p;
     return 0;
 }
