@@ -614,4 +614,61 @@ TEST(docker_master_in_a_container)
     image_tag[0] = '\0';
 }
 
+/* The master itself a Slurm batch job, on a node of the test cluster
+ * (which is this host): it makes its run directory under the TMPDIR that
+ * sbatch hands it, as fiber run --backend slurm's master does, and fiber
+ * top reads it there.  Only under tests/slurm/run.sh (FIBER_BACKEND=slurm,
+ * the cluster's SLURM_CONF): named helper_ so that the plain run's list
+ * (--list) leaves it out, and registered as test_top.slurm.<name> only. */
+static char batch_job[32];
+
+static void cancel_batch_job(void)
+{
+    if (batch_job[0]) {
+        char out[256];
+        sh(out, sizeof out, "scancel %s", batch_job);
+        batch_job[0] = '\0';
+    }
+}
+
+TEST(helper_slurm_master_in_a_batch_job)
+{
+    const char *backend = getenv("FIBER_BACKEND");
+    if (!backend || strcmp(backend, "slurm") != 0 || !getenv("SLURM_CONF"))
+        TH_SKIP_ENGINE("not on the Slurm test cluster (tests/slurm/run.sh)");
+    make_scratch();
+    static char out[65536];
+    CHECK_EQ(sh(out, sizeof out,
+                "sbatch --parsable --job-name=fiber-top-master "
+                "--output=%s/master.out --wrap='exec %s helper_serve'",
+                scratch, self_path),
+             0);
+    snprintf(batch_job, sizeof batch_job, "%.*s",
+             (int)strcspn(out, ";\n"), out);
+    atexit(cancel_batch_job);
+    char run[64];
+    wait_for_run(run, sizeof run, 120);
+    int ok = 0;
+    for (int attempt = 0; attempt < 60 && !ok; attempt++) {
+        CHECK_EQ(sh(out, sizeof out,
+                    "{ %s top -n 3 -d 500 %s; echo top-exit=$?; } | cat",
+                    FIBER_TOOL_PATH, run),
+                 0);
+        CHECK_CONTAINS(out, "top-exit=0\n");
+        const char *d1 = strstr(out, " done="), *d3 = d1;
+        for (const char *p = d1; p; p = strstr(p + 1, " done="))
+            d3 = p;
+        ok = lines_with(out, " pool=Pool1 alive=2 ") == 3 &&
+             atoll(d3 + 6) > atoll(d1 + 6);
+        if (!ok)
+            sleep_ms(500);
+    }
+    CHECK(ok);
+    /* The master is the batch job's process, not one of ours. */
+    char pid_line[64];
+    snprintf(pid_line, sizeof pid_line, "pid %ld", (long)getpid());
+    CHECK(strstr(out, pid_line) == NULL);
+    cancel_batch_job();
+}
+
 int main(int argc, char **argv) { return th_main(argc, argv); }
