@@ -158,8 +158,6 @@
     X(OCALL, 15)                                                               \
     X(OREPLY, 16)                                                              \
     X(NOTE, 17)                                                                \
-    X(STATS, 18)                                                               \
-    X(SNAPSHOT, 19)                                                            \
     X(OBJ_GET, 30)                                                             \
     X(OBJ_DATA, 31)                                                            \
     X(OBJ_FROM, 32)                                                            \
@@ -167,7 +165,9 @@
     X(OBJ_HAVE, 34)                                                            \
     X(OBJ_BAD, 35)                                                             \
     X(OBJ_CALL, 36)                                                            \
-    X(OBJ_FILE, 37)
+    X(OBJ_FILE, 37)                                                            \
+    X(STATS, 40)                                                               \
+    X(SNAPSHOT, 41)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
