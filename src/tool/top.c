@@ -6,7 +6,7 @@
  * On a terminal it takes the alternate screen, hides the cursor and reads
  * keys unbuffered (termios, ANSI escapes; no curses), and puts all of it
  * back however it ends: q, Ctrl-C, SIGTERM, SIGHUP, the run ending, an
- * error.  When stdout is not a terminal (or with --plain) it prints one
+ * error; and while it is stopped by Ctrl-Z.  When stdout is not a terminal (or with --plain) it prints one
  * line per pool per refresh instead, for logs and scripts.
  */
 #include <errno.h>
@@ -62,6 +62,7 @@ struct top_opts {
 
 static volatile sig_atomic_t quit_signal;
 static volatile sig_atomic_t resized;
+static volatile sig_atomic_t suspended;
 static struct termios saved_tio;
 static int tio_saved;
 static int screen_on;
@@ -72,9 +73,14 @@ static void on_winch(int sig)
     (void)sig;
     resized = 1;
 }
+static void on_tstp(int sig)
+{
+    (void)sig;
+    suspended = 1;
+}
 
 /* Handlers without SA_RESTART, so that poll() returns at once. */
-static void catch_signals(void)
+static void catch_signals(int screen)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -85,6 +91,10 @@ static void catch_signals(void)
     sigaction(SIGHUP, &sa, NULL);
     sa.sa_handler = on_winch;
     sigaction(SIGWINCH, &sa, NULL);
+    if (screen) { /* in plain mode Ctrl-Z stops it as any command */
+        sa.sa_handler = on_tstp;
+        sigaction(SIGTSTP, &sa, NULL);
+    }
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -115,7 +125,18 @@ static void screen_enter(void)
     fputs("\033[?1049h\033[?25l\033[H\033[2J", stdout);
     fflush(stdout);
     screen_on = 1;
-    atexit(screen_leave);
+    static int registered;
+    if (!registered++)
+        atexit(screen_leave);
+}
+
+/* Ctrl-Z: gives the terminal back, stops, and takes it again on fg. */
+static void suspend(void)
+{
+    suspended = 0;
+    screen_leave();
+    raise(SIGSTOP);
+    screen_enter();
 }
 
 static int screen_width(void)
@@ -420,6 +441,10 @@ static int watch(fiber_run_watch *w, const char *run,
                 quit_signal = SIGINT;
                 break;
             }
+            if (suspended && !o->plain) {
+                suspend();
+                resized = 1; /* back from Ctrl-Z: draw it all again */
+            }
             if (resized && !o->plain) {
                 resized = 0;
                 draw(run, &s, &prev, at);
@@ -453,7 +478,7 @@ int cmd_top(int argc, char **argv)
     }
     if (!isatty(STDOUT_FILENO))
         o.plain = 1;
-    catch_signals();
+    catch_signals(!o.plain);
     if (!o.plain)
         screen_enter();
     code = watch(w, run, &o);
