@@ -1494,9 +1494,13 @@ FIBER_API int fiber_run_clean(const char *run, fiber_buf *report);
  * peer without the token is dropped by the master like any peer that
  * fails authentication.  So a master on this host (local, or a Docker
  * container with host networking and the run directory mounted, or a
- * Slurm job on this node) can be watched; a master whose run directory is
- * not on this host's file system (a Kubernetes pod) cannot: the call
- * fails with FIBER_ENOTSUP and says so. */
+ * Slurm job on this node) can be watched.  A run with no run directory
+ * here is looked for on the Kubernetes cluster when one is configured
+ * (backend = kubernetes, or k8s_server): the address and the encryption
+ * setting come from the environment of one of its job pods, the token
+ * from its Secret "<run>-boot", so the configured account must be allowed
+ * to read pods and secrets of the namespace, and the master's pod IP must
+ * be reachable from here. */
 typedef struct fiber_pool_row {
     char name[64];        /* "Pool1", or the pool's job name */
     fiber_pool_stats st;  /* its counters (fiber_pool_stats_get) */

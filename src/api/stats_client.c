@@ -5,7 +5,9 @@
  *
  * Finding the master: its run directory holds master.addr and
  * master.token (stats_srv.h), written by the master itself, readable by
- * this user only.  The connection is a job's: dial, encrypt over TCP
+ * this user only.  A run with no run directory here may be a Kubernetes
+ * run: when a cluster is configured, its job pods' environment gives the
+ * address and its Secret the token (fb_k8s_run_contact).  The connection is a job's: dial, encrypt over TCP
  * (net/secure.c, keyed with the token), HELLO with the token and job id
  * 0, WELCOME.  Then one STATS, one SNAPSHOT per read.
  */
@@ -20,6 +22,7 @@
 #include <sodium.h>
 
 #include "api/runs.h"
+#include "backend/kubernetes/k8s_master.h"
 #include "core/common.h"
 #include "core/runtime.h"
 #include "core/stats_srv.h"
@@ -80,6 +83,29 @@ static int hex_token(const char *hex, uint8_t token[FB_WIRE_TOKEN_LEN])
     return 0;
 }
 
+/* A run without a run directory here may be a Kubernetes run: when the
+ * configuration names a cluster (backend kubernetes, or k8s_server), the
+ * cluster is asked (fb_k8s_run_contact).  Returns 0 (found), 1 (no
+ * cluster configured), or the error (FIBER_ENOKEY: the cluster has no job
+ * pod or Secret of run). */
+static int k8s_locate(const char *run, char *addr, size_t addr_size,
+                      int *encrypted, uint8_t token[FB_WIRE_TOKEN_LEN])
+{
+    char backend[64] = "", server[600] = "";
+    fiber_config_get("backend", backend, sizeof backend);
+    fiber_config_get("k8s_server", server, sizeof server);
+    if (strcmp(backend, "kubernetes") != 0 && !server[0])
+        return 1;
+    int rc = fb_k8s_run_contact(run, addr, addr_size, encrypted, token,
+                                FB_WIRE_TOKEN_LEN);
+    if (rc == FIBER_ECONFIG)
+        return 1;
+    if (rc)
+        return fb_err(rc, "no run '%s' on this host, and on the Kubernetes "
+                      "cluster: %s", run, fiber_last_error());
+    return 0;
+}
+
 /* Why a run without a run directory here cannot be watched. */
 static int no_run_dir(const char *run)
 {
@@ -90,10 +116,11 @@ static int no_run_dir(const char *run)
     fiber_run_list_free(&l);
     if (k8s)
         return fb_err(FIBER_ENOTSUP,
-                      "run '%s' has its master in a Kubernetes pod, whose "
-                      "run directory (where the master publishes its "
-                      "address and token) is in the pod's own file system: "
-                      "fiber top cannot reach it from this host",
+                      "run '%s' has its master in a Kubernetes pod, and no "
+                      "job pod or Secret of it was found through the "
+                      "configured cluster (backend = kubernetes, or "
+                      "k8s_server): fiber top needs both, since the pod's "
+                      "run directory is not on this host",
                       run);
     if (found)
         return fb_err(FIBER_ESTATE,
@@ -119,8 +146,10 @@ static int locate(const char *run, char *addr, size_t addr_size,
         return rc;
     snprintf(dir, sizeof dir, "%s/%s", base, run);
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return no_run_dir(run);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc = k8s_locate(run, addr, addr_size, encrypted, token);
+        return rc == 1 ? no_run_dir(run) : rc;
+    }
     char mode[32];
     if (read_line(dir, FB_MONITOR_ADDR_FILE, addr, addr_size, mode,
                   sizeof mode) != 0) {

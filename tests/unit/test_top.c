@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/kubernetes/k8s_api.h"
 #include "core/common.h"
 #include "core/stats_srv.h"
 #include "harness.h"
@@ -669,6 +670,79 @@ TEST(helper_slurm_master_in_a_batch_job)
     snprintf(pid_line, sizeof pid_line, "pid %ld", (long)getpid());
     CHECK(strstr(out, pid_line) == NULL);
     cancel_batch_job();
+}
+
+/* The master in a pod of the Kubernetes test cluster (fiber run --backend
+ * kubernetes): its run directory is inside the pod, so fiber top finds
+ * the master's address in a job pod's environment and the token in the
+ * run's Secret, through the API server.  Only under tests/k8s/run.sh
+ * (helper_: left out of the plain run's list). */
+static struct fb_k8s admin;
+static char master_pod[128];
+
+static void delete_master_pod(void)
+{
+    if (!master_pod[0])
+        return;
+    char path[400];
+    snprintf(path, sizeof path,
+             "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", admin.ns,
+             master_pod);
+    long status = 0;
+    json_t *r = NULL;
+    fb_k8s_json(&admin, "DELETE", path, NULL, NULL, 20000, &status, &r);
+    json_decref(r);
+    master_pod[0] = '\0';
+}
+
+TEST(helper_kubernetes_master_in_a_pod)
+{
+    const char *backend = getenv("FIBER_BACKEND");
+    if (!backend || strcmp(backend, "kubernetes") != 0 ||
+        !getenv("FIBER_IMAGE") || !getenv("K8S_ADMIN_TOKEN_FILE"))
+        TH_SKIP_ENGINE("not on the Kubernetes test cluster (tests/k8s/run.sh)");
+    make_scratch();
+    struct fb_config c;
+    fb_config_defaults(&c);
+    fb_strlcpy(c.k8s_server, getenv("FIBER_K8S_SERVER"), sizeof c.k8s_server);
+    fb_strlcpy(c.k8s_ca_file, getenv("FIBER_K8S_CA_FILE"),
+               sizeof c.k8s_ca_file);
+    fb_strlcpy(c.k8s_token_file, getenv("K8S_ADMIN_TOKEN_FILE"),
+               sizeof c.k8s_token_file);
+    fb_strlcpy(c.k8s_namespace, getenv("FIBER_K8S_NAMESPACE"),
+               sizeof c.k8s_namespace);
+    CHECK_OK(fb_k8s_open(&admin, &c));
+    static char out[65536];
+    CHECK_EQ(sh(out, sizeof out,
+                "%s run --detach --backend kubernetes --image '%s' -- %s "
+                "helper_serve",
+                FIBER_TOOL_PATH, getenv("FIBER_IMAGE"), self_path),
+             0);
+    char run[64] = "";
+    for (const char *l = out; *l;
+         l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+        if (strncmp(l, "fiber-", 6) == 0)
+            snprintf(run, sizeof run, "%.*s", (int)strcspn(l, "\n"), l);
+    CHECK(run[0] != '\0');
+    snprintf(master_pod, sizeof master_pod, "%s-master", run);
+    atexit(delete_master_pod);
+    int ok = 0;
+    /* Until the pod runs, its workers' pods are up, and the count grows. */
+    for (int attempt = 0; attempt < 120 && !ok; attempt++) {
+        sh(out, sizeof out,
+           "{ %s top -n 3 -d 500 %s; echo top-exit=$?; } | cat",
+           FIBER_TOOL_PATH, run);
+        const char *d1 = strstr(out, " done="), *d3 = d1;
+        for (const char *p = d1; p; p = strstr(p + 1, " done="))
+            d3 = p;
+        ok = strstr(out, "top-exit=0\n") &&
+             lines_with(out, " pool=Pool1 alive=2 ") == 3 &&
+             atoll(d3 + 6) > atoll(d1 + 6);
+        if (!ok)
+            sleep_ms(1000);
+    }
+    CHECK(ok);
+    delete_master_pod();
 }
 
 int main(int argc, char **argv) { return th_main(argc, argv); }
