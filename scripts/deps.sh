@@ -3,6 +3,9 @@
 # else.  Usage: scripts/deps.sh [build|fuzz|valgrind|python|engines]
 #   (default: build)
 #
+#   build    the compiler, CMake and the libraries fiber links, and what
+#            the tests need besides (tmux, for test_top)
+#
 #   python   what the Python package's build and virtual environment need
 #            when the interpreter lacks Python.h or venv (python3-dev,
 #            python3-venv)
@@ -29,13 +32,17 @@
 set -eu
 
 build_pkgs="cmake make gcc pkg-config libinih-dev libsodium-dev libjansson-dev libcurl4-openssl-dev python3"
+# What the tests need beyond the build: tmux, the terminal in which
+# test_top drives `fiber top` and reads its screen.  Part of the build set,
+# which `make build` and so `make test` install.
+test_pkgs="tmux"
 fuzz_pkgs="clang libclang-rt-14-dev"
 valgrind_pkgs="valgrind"
 python_pkgs="python3-dev python3-venv"
 engine_pkgs="slurmctld slurmd slurm-client munge etcd-server curl openssl conntrack golang-go rsync jq dpkg-dev golang-github-modern-go-reflect2-dev"
 
 case "${1:-build}" in
-  build) want="$build_pkgs" ;;
+  build) want="$build_pkgs $test_pkgs" ;;
   fuzz)  want="$build_pkgs $fuzz_pkgs" ;;
   valgrind) want="$build_pkgs $valgrind_pkgs" ;;
   python) want="$build_pkgs $python_pkgs" ;;

@@ -451,6 +451,8 @@ typedef struct fiber_pool_stats {
     int workers_target;
     size_t tasks_queued;      /* submitted, not yet sent to a worker */
     size_t tasks_in_flight;   /* sent, result not yet back */
+    int workers_starting;     /* of workers_alive: launched, not yet
+                                 connected and initialized */
 } fiber_pool_stats;
 
 /* One input of fiber_pool_map_bufs. */
@@ -1506,6 +1508,69 @@ FIBER_API int fiber_run_kill(const char *run, fiber_buf *report);
  * NULL).  Returns 0, FIBER_ENOKEY, FIBER_ESTATE, FIBER_EUNREACHABLE (when
  * containers had to be removed), FIBER_ESYS. */
 FIBER_API int fiber_run_clean(const char *run, fiber_buf *report);
+
+/* Watching a live run (what `fiber top` does).
+ *
+ * A master publishes, in its run directory ($TMPDIR/fiber-<uid>/<run>/,
+ * mode 0700), the address of its socket (master.addr) and the run's
+ * token (master.token, mode 0600) once its first job starts.  A watcher
+ * on the same host, as the same user, reads both, dials that address
+ * (encrypted over TCP, as a job's connection is), proves itself with the
+ * token in HELLO, exactly as a job does, and then asks for snapshots.  A
+ * peer without the token is dropped by the master like any peer that
+ * fails authentication.  So a master on this host (local, or a Docker
+ * container with host networking and the run directory mounted, or a
+ * Slurm job on this node) can be watched.  A run with no run directory
+ * here is looked for on the Kubernetes cluster when one is configured
+ * (backend = kubernetes, or k8s_server): the address and the encryption
+ * setting come from the environment of one of its job pods, the token
+ * from its Secret "<run>-boot", so the configured account must be allowed
+ * to read pods and secrets of the namespace, and the master's pod IP must
+ * be reachable from here. */
+typedef struct fiber_pool_row {
+    char name[64];        /* "Pool1", or the pool's job name */
+    fiber_pool_stats st;  /* its counters (fiber_pool_stats_get) */
+} fiber_pool_row;
+
+typedef struct fiber_run_stats {
+    long pid;             /* the master's process id (in its namespace) */
+    char backend[64];     /* the master's backend: "local", "docker"... */
+    uint64_t uptime_ms;   /* since the master process started */
+    uint64_t cpu_user_us; /* the master process's CPU time, all threads */
+    uint64_t cpu_sys_us;
+    uint64_t rss_bytes;   /* its resident memory */
+    size_t n_pools;
+    fiber_pool_row *pools; /* its live pools, newest first */
+} fiber_run_stats;
+
+typedef struct fiber_run_watch fiber_run_watch;
+
+/* Connects to the master of run (a run id; see fiber_runs_list) and
+ * authenticates, waiting at most timeout_ms (-1: the connect_timeout_ms
+ * key).  Returns 0 with *out a handle to close with
+ * fiber_run_watch_close(); FIBER_EINVAL (not a run id), FIBER_ENOKEY (no
+ * such run on this host), FIBER_ESTATE (the run has no live master, or it
+ * has not published where it listens: it started no job yet, or it ended),
+ * FIBER_ENOTSUP (a master fiber cannot reach from here; message says why),
+ * FIBER_EUNREACHABLE (its socket does not answer), FIBER_EAUTH (the master
+ * refused the token; its reason is in the message), FIBER_ETIMEDOUT,
+ * FIBER_EPROTO, FIBER_ENOMEM, FIBER_ESYS. */
+FIBER_API int fiber_run_watch_open(fiber_run_watch **out, const char *run,
+                                   int timeout_ms);
+
+/* Asks the master for a snapshot and waits for it at most timeout_ms.
+ * *out must be zeroed or freed; on success it holds the snapshot (free it
+ * with fiber_run_stats_free()).  Returns 0, FIBER_ECLOSED (the master
+ * went away), FIBER_ETIMEDOUT, FIBER_EPROTO, FIBER_ENOMEM, FIBER_EINVAL. */
+FIBER_API int fiber_run_watch_read(fiber_run_watch *w, fiber_run_stats *out,
+                                   int timeout_ms);
+
+/* Frees what fiber_run_watch_read() stored and zeroes *s.  NULL is a
+ * no-op. */
+FIBER_API void fiber_run_stats_free(fiber_run_stats *s);
+
+/* Closes the connection and frees the handle.  NULL is a no-op. */
+FIBER_API void fiber_run_watch_close(fiber_run_watch *w);
 
 /* Starting a program's master as a run (what `fiber run` does). */
 typedef struct fiber_run_opts {
