@@ -4,8 +4,8 @@
  *
  * One thread per server, started by fb_oserve_start and stopped by
  * fb_oserve_stop (which joins it).  It owns a listening socket and its
- * connections; a client first proves itself with HELLO (the run's token,
- * the build id), then sends OBJ_GET for a ref and gets OBJ_DATA pieces, an
+ * connections; a client waits in the server's gate (net/gate.h) until it
+ * proves itself with HELLO (the run's token, the build id), then sends OBJ_GET for a ref and gets OBJ_DATA pieces, an
  * OBJ_NONE, or (from the master) an OBJ_FROM naming a holder to ask.
  *
  * The master's server keeps the directory: which workers hold each blob
@@ -28,9 +28,9 @@
  * are queued while less than QUEUE_MAX bytes wait on the connection.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +43,12 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "net/gate.h"
 #include "net/net.h"
 #include "net/secure.h"
 
 #define PIECE (256u << 10)
 #define QUEUE_MAX (1u << 20)
-#define HELLO_MAX 4096u
 #define MAX_CONNS 65536
 
 static char EV_LISTEN_TAG, EV_STOP_TAG;
@@ -68,7 +68,7 @@ struct fb_sconn {
     int authed;
     int doomed;
     int want_out;
-    uint64_t hello_deadline_ms;
+    struct fb_gate_peer peer; /* until authed: in the server's gate */
     struct xfer *xq, *xq_tail;
     /* master: the holder this asker was last sent to, until settled */
     struct fb_blob *redir_blob;
@@ -89,6 +89,7 @@ struct fb_oserve {
     int has_thread, stopping;
     struct fb_sconn *conns;
     int n_conns;
+    struct fb_gate gate; /* the conns not yet through HELLO */
     /* Connections given work by someone else's event (a waiter placed
      * when a copy finished): the loop pumps them after the events. */
     struct fb_sconn *kick;
@@ -119,6 +120,9 @@ static void pump(struct fb_oserve *s, struct fb_sconn *c);
 
 /* ---- connections ---------------------------------------------------------- */
 
+/* Admits a new connection into the gate (which closes the oldest stranger
+ * when max_pending_connections wait).  Called only between event
+ * batches, since making room closes connections the batch may name. */
 static void conn_add(struct fb_oserve *s, int fd)
 {
     struct fb_sconn *c = s->n_conns < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
@@ -126,9 +130,7 @@ static void conn_add(struct fb_oserve *s, int fd)
         close(fd);
         return;
     }
-    fb_conn_init(&c->conn, fd, HELLO_MAX);
-    c->hello_deadline_ms =
-        fb_now_ms() + (uint64_t)fb_rt_config()->connect_timeout_ms;
+    fb_conn_init(&c->conn, fd, FB_GATE_HELLO_MAX);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
     if (fb_conn_secure_for(&c->conn, s->address, FB_SEC_SERVER,
                            fb_rt_token()) != 0 ||
@@ -142,6 +144,7 @@ static void conn_add(struct fb_oserve *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
+    fb_gate_add(&s->gate, &c->peer, &c->conn);
 }
 
 /* Lock held.  The asker c's last redirect is over: its holder is free
@@ -200,21 +203,25 @@ static void drop_holders_of(struct fb_blob *b, void *arg)
     }
 }
 
+/* Closes c and frees it, with what it held (a stranger holds nothing). */
 static void conn_drop(struct fb_oserve *s, struct fb_sconn *c)
 {
-    fb_blobs_lock();
-    if (s->directory)
-        fb_blobs_each(drop_holders_of, c);
-    settle(s, c); /* a master slot it held goes to someone waiting */
-    if (s->directory) /* its holdings are gone: the master may serve */
-        fb_blobs_each(serve_waiters_of, s);
-    while (c->xq) {
-        struct xfer *x = c->xq;
-        c->xq = x->next;
-        fb_blob_unpin(x->b);
-        free(x);
+    if (c->authed) {
+        fb_blobs_lock();
+        if (s->directory)
+            fb_blobs_each(drop_holders_of, c);
+        settle(s, c); /* a master slot it held goes to someone waiting */
+        if (s->directory) /* its holdings are gone: the master may serve */
+            fb_blobs_each(serve_waiters_of, s);
+        while (c->xq) {
+            struct xfer *x = c->xq;
+            c->xq = x->next;
+            fb_blob_unpin(x->b);
+            free(x);
+        }
+        fb_blobs_unlock();
     }
-    fb_blobs_unlock();
+    fb_gate_admit(&s->gate, &c->peer); /* out of it, if still in */
     unkick(s, c);
     epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
     fb_conn_close(&c->conn);
@@ -479,27 +486,23 @@ static void pump(struct fb_oserve *s, struct fb_sconn *c)
 
 /* ---- the loop ------------------------------------------------------------- */
 
-static int check_hello(struct fb_oserve *s, struct fb_sconn *c,
-                       const struct fb_wire_hdr *h, const uint8_t *p)
+/* The gate's close function: a peer that never authenticated goes. */
+static void gate_close(struct fb_gate_peer *p, void *arg)
+{
+    conn_drop(arg, (struct fb_sconn *)((char *)p -
+                                       offsetof(struct fb_sconn, peer)));
+}
+
+/* Reads what c sent while it is in the gate.  Returns 0 once it proved
+ * itself (HELLO with the run's token and build id: WELCOME is queued),
+ * else -1: it has not said enough yet, or it was dropped. */
+static int admit(struct fb_oserve *s, struct fb_sconn *c)
 {
     struct fb_msg_hello m;
-    const char *why = NULL;
-    const char *bid = fb_rt_build_id();
-    if (h->type != FB_MSG_HELLO)
-        why = "the first message was not HELLO";
-    else if (fb_wire_get_hello(p, h->len, &m, NULL, 0) != 0)
-        why = "a malformed HELLO";
-    else if (sodium_memcmp(m.token, fb_rt_token(), FB_WIRE_TOKEN_LEN) != 0)
-        why = "authentication failed: wrong token";
-    else if (m.build_id_len != strlen(bid) ||
-             memcmp(m.build_id, bid, m.build_id_len) != 0)
-        why = "built from a different program";
-    if (why) {
-        fb_log_warn("blob server %s: dropping a peer: %s", s->address, why);
-        if (fb_wire_put_reject(&c->conn.out, why, strlen(why)) == 0)
-            fb_conn_flush(&c->conn);
+    if (fb_gate_serve(&s->gate, &c->peer, fb_rt_token(), fb_rt_build_id(),
+                      &m) != 1)
         return -1;
-    }
+    fb_gate_admit(&s->gate, &c->peer);
     c->authed = 1;
     c->conn.max_payload = 1u << 16; /* requests are small */
     struct fb_msg_welcome w = {0};
@@ -515,14 +518,14 @@ static void on_conn(struct fb_oserve *s, struct fb_sconn *c, uint32_t events)
             conn_drop(s, c);
         return;
     }
+    if (!c->authed && admit(s, c) != 0)
+        return;
     int rc = fb_conn_read(&c->conn);
     struct fb_wire_hdr h;
     const uint8_t *p;
-    int got;
+    int got = 0;
     while (!c->doomed && (got = fb_conn_next(&c->conn, &h, &p)) == 1) {
-        int bad = c->authed ? fb_oserve_frame(s, c, &h, p)
-                            : check_hello(s, c, &h, p);
-        if (bad) {
+        if (fb_oserve_frame(s, c, &h, p) != 0) {
             c->doomed = 1;
             break;
         }
@@ -535,15 +538,12 @@ static void on_conn(struct fb_oserve *s, struct fb_sconn *c, uint32_t events)
         conn_drop(s, c);
 }
 
-/* Drops connections that never said HELLO in time. */
-static void expire_hellos(struct fb_oserve *s)
+/* Accepts what is pending, after a batch of events (see conn_add). */
+static void accept_all(struct fb_oserve *s)
 {
-    uint64_t now = fb_now_ms();
-    for (struct fb_sconn *c = s->conns, *next; c; c = next) {
-        next = c->next;
-        if (!c->authed && now > c->hello_deadline_ms)
-            conn_drop(s, c);
-    }
+    int fd;
+    while (fb_sock_accept(s->listen_fd, &fd) == 0)
+        conn_add(s, fd);
 }
 
 static void *serve_main(void *arg)
@@ -551,18 +551,19 @@ static void *serve_main(void *arg)
     struct fb_oserve *s = arg;
     struct epoll_event evs[64];
     while (!s->stopping) {
-        int n = epoll_wait(s->epfd, evs, 64, 1000);
+        uint64_t now = fb_now_ms();
+        uint64_t next = fb_gate_tick(&s->gate, now);
+        int timeout = next - now < 1000 ? (int)(next - now) : 1000;
+        int n = epoll_wait(s->epfd, evs, 64, timeout);
+        int listener = 0;
         for (int i = 0; i < n && !s->stopping; i++) {
             void *d = evs[i].data.ptr;
-            if (d == EV_STOP) {
+            if (d == EV_STOP)
                 s->stopping = 1;
-            } else if (d == EV_LISTEN) {
-                int fd;
-                while (fb_sock_accept(s->listen_fd, &fd) == 0)
-                    conn_add(s, fd);
-            } else {
+            else if (d == EV_LISTEN)
+                listener = 1;
+            else
                 on_conn(s, d, evs[i].events);
-            }
         }
         while (s->kick && !s->stopping) {
             struct fb_sconn *c = s->kick;
@@ -572,8 +573,8 @@ static void *serve_main(void *arg)
             if (c->doomed)
                 conn_drop(s, c);
         }
-        if (n == 0)
-            expire_hellos(s);
+        if (listener && !s->stopping)
+            accept_all(s);
     }
     return NULL;
 }
@@ -585,6 +586,7 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
         return fb_err(FIBER_ENOMEM, "out of memory");
     s->directory = directory;
     s->listen_fd = s->epfd = s->stop_fd = -1;
+    fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
     int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
                             sizeof s->address);
     if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
@@ -626,6 +628,7 @@ void fb_oserve_stop(struct fb_oserve *s)
         }
         pthread_join(s->thread, NULL);
     }
+    fb_gate_clear(&s->gate);
     while (s->conns)
         conn_drop(s, s->conns);
     if (s->listen_fd >= 0)
@@ -648,6 +651,7 @@ struct fb_oserve *fb_oserve_detached(int directory)
         return NULL;
     s->directory = directory;
     s->listen_fd = s->stop_fd = -1;
+    fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     snprintf(s->address, sizeof s->address, "unix:/nonexistent/fuzz.sock");
     return s;
@@ -659,6 +663,7 @@ struct fb_sconn *fb_oserve_adopt(struct fb_oserve *s, int fd)
     conn_add(s, fd);
     if (s->conns == before)
         return NULL;
+    fb_gate_admit(&s->gate, &s->conns->peer);
     s->conns->authed = 1;
     s->conns->conn.max_payload = 1u << 16;
     return s->conns;

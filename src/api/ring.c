@@ -11,8 +11,9 @@
  * rank and accepts the previous one, and each end of each link proves
  * itself with a HELLO (wire.h) carrying the run's token, the program's
  * build id, the nonce (which ring) and the sender's rank ("ring-3").  A
- * stray or hostile peer on a member's socket is dropped without disturbing
- * the ring, and the listener is closed once both links are up.
+ * stray or hostile peer on a member's socket waits in the join's gate
+ * (net/gate.h) and is dropped without disturbing the ring, and the
+ * listener is closed once both links are up.
  *
  * The links carry data one way: rank r writes only to its "next" link (to
  * r+1) and reads only from its "prev" link (from r-1).  Each step of a
@@ -51,6 +52,7 @@
  * handle.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
@@ -66,6 +68,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "net/gate.h"
 
 #define RDV_JOIN (FB_OP_KIND + 0)    /* u32 rank, address -> nonce, addrs */
 #define RDV_MEMBERS (FB_OP_KIND + 1) /* -> u32 formed, (u32 rank, addr)... */
@@ -75,7 +78,6 @@
 #define PIECE (1u << 20)      /* payload bytes behind one header */
 #define HDR_LEN 32u
 #define HDR_MAGIC 0x47524246u /* "FBRG" as little-endian bytes */
-#define HELLO_MAX 1024u       /* the largest frame a joining peer may send */
 #define MAX_CANDIDATES 8      /* unproven connections held while joining */
 #define LISTEN_BACKLOG 16
 
@@ -367,8 +369,8 @@ static int ring_alloc(fiber_ring **out, const char *addr,
     fb_strlcpy(r->addr, addr, sizeof r->addr);
     memcpy(r->token, token, FB_WIRE_TOKEN_LEN);
     r->obj = obj;
-    fb_conn_init(&r->next, -1, HELLO_MAX);
-    fb_conn_init(&r->prev, -1, HELLO_MAX);
+    fb_conn_init(&r->next, -1, FB_GATE_HELLO_MAX);
+    fb_conn_init(&r->prev, -1, FB_GATE_HELLO_MAX);
     *out = r;
     return 0;
 }
@@ -536,34 +538,38 @@ static int put_hello(const fiber_ring *r, uint64_t nonce, fiber_buf *out)
     return fb_wire_put_hello(out, &h);
 }
 
+/* Says in why what is wrong with m, a HELLO with the run's token and
+ * build id, for rank want of this ring; returns 0 when nothing is. */
+static int ring_hello_problem(uint64_t nonce, int want,
+                              const struct fb_msg_hello *m, char *why,
+                              size_t size)
+{
+    char name[32];
+    snprintf(name, sizeof name, "ring-%d", want);
+    if (m->job_id != nonce)
+        snprintf(why, size, "it belongs to another ring");
+    else if (m->name_len != strlen(name) ||
+             memcmp(m->name, name, m->name_len) != 0)
+        snprintf(why, size, "it is %.*s, not %s", (int)m->name_len, m->name,
+                 name);
+    else
+        return 0;
+    return -1;
+}
+
 /* Says in why what is wrong with a frame that should be rank want's HELLO
- * for this ring; returns 0 when nothing is. */
+ * for this ring: the run's token and build id (fb_hello_check), then the
+ * nonce (which ring) and the name ("ring-R").  Returns 0 when nothing
+ * is. */
 static int hello_problem(const fiber_ring *r, uint64_t nonce, int want,
                          const struct fb_wire_hdr *h, const uint8_t *p,
                          char *why, size_t size)
 {
     struct fb_msg_hello m;
-    char name[32];
-    snprintf(name, sizeof name, "ring-%d", want);
-    const char *bid = fb_rt_build_id();
-    if (h->type != FB_MSG_HELLO)
-        snprintf(why, size, "its first message was %s, not HELLO",
-                 fb_msg_type_name(h->type));
-    else if (fb_wire_get_hello(p, h->len, &m, why, size) != 0)
+    if (fb_hello_check(h, p, r->token, fb_rt_build_id(), &m, why, size) !=
+        FB_HELLO_OK)
         return -1;
-    else if (sodium_memcmp(m.token, r->token, sizeof m.token) != 0)
-        snprintf(why, size, "wrong token");
-    else if (m.build_id_len != strlen(bid) ||
-             memcmp(m.build_id, bid, m.build_id_len) != 0)
-        snprintf(why, size, "built from a different program");
-    else if (m.job_id != nonce)
-        snprintf(why, size, "it belongs to another ring");
-    else if (m.name_len != strlen(name) || memcmp(m.name, name, m.name_len))
-        snprintf(why, size, "it is %.*s, not %s", (int)m.name_len, m.name,
-                 name);
-    else
-        return 0;
-    return -1;
+    return ring_hello_problem(nonce, want, &m, why, size);
 }
 
 /* Moves a conn whose HELLOs are done to link, which from then on carries
@@ -577,7 +583,7 @@ static int adopt_link(struct fb_conn *c, struct fb_conn *link)
                                     "answered");
     fb_conn_close(link);
     *link = *c;
-    fb_conn_init(c, -1, HELLO_MAX);
+    fb_conn_init(c, -1, FB_GATE_HELLO_MAX);
     return 0;
 }
 
@@ -598,7 +604,7 @@ static int dial_next(const fiber_ring *r, struct joining *j)
     }
     if (rc)
         return rc;
-    fb_conn_init(&j->next, fd, HELLO_MAX);
+    fb_conn_init(&j->next, fd, FB_GATE_HELLO_MAX);
     rc = fb_conn_secure_for(&j->next, j->next_addr, FB_SEC_CLIENT, r->token);
     if (rc == 0)
         rc = put_hello(r, j->nonce, &j->next.out);
@@ -630,83 +636,92 @@ static int await_next(fiber_ring *r, struct joining *j)
         return fb_err(rc == FIBER_EPROTO ? rc : FIBER_ECLOSED,
                       "ring rank %d: rank %d did not answer: %s", r->rank,
                       want, j->next.err);
-    char why[200];
+    char why[512];
     if (hello_problem(r, j->nonce, want, &h, p, why, sizeof why) != 0)
         return fb_err(FIBER_EAUTH, "ring rank %d: the peer at %s is not "
                       "rank %d: %s", r->rank, j->next_addr, want, why);
     return adopt_link(&j->next, &r->next);
 }
 
-/* Connections on our socket that have not yet proved who they are. */
-struct candidates {
-    struct fb_conn c[MAX_CANDIDATES];
-    int n;
+/* A connection on our socket that has not yet proved who it is: it waits
+ * in the join's gate (net/gate.h): at most MAX_CANDIDATES at once, each
+ * for connect_timeout_ms. */
+struct cand {
+    struct fb_conn conn;
+    struct fb_gate_peer peer;
 };
 
-static void cand_drop(struct candidates *cs, int i, const char *why)
+static struct cand *cand_of(struct fb_gate_peer *p)
 {
-    fb_log_warn("ring: dropping a peer on our socket: %s", why);
-    fb_conn_close(&cs->c[i]);
-    cs->c[i] = cs->c[--cs->n];
+    return (struct cand *)((char *)p - offsetof(struct cand, peer));
 }
 
-/* Reads what candidate i sent.  Returns 1 when it is the previous rank, 0
+/* The gate's close function. */
+static void cand_close(struct fb_gate_peer *p, void *arg)
+{
+    (void)arg;
+    struct cand *c = cand_of(p);
+    fb_conn_close(&c->conn);
+    free(c);
+}
+
+/* Reads what candidate c sent.  Returns 1 when it is the previous rank, 0
  * while it has not said enough, -1 after dropping it. */
 static int cand_serve(const fiber_ring *r, const struct joining *j,
-                      struct candidates *cs, int i)
+                      struct fb_gate *g, struct cand *c)
 {
-    struct fb_conn *c = &cs->c[i];
-    struct fb_wire_hdr h;
-    const uint8_t *p;
-    int rc = fb_conn_read(c);
-    int got = fb_conn_next(c, &h, &p);
-    if (got == 1) {
-        char why[200];
-        if (hello_problem(r, j->nonce, mod(r->rank - 1, r->n), &h, p, why,
-                          sizeof why) == 0)
-            return 1;
-        cand_drop(cs, i, why);
-        return -1;
-    }
-    if (got < 0 || rc != 0) {
-        cand_drop(cs, i, c->err[0] ? c->err : "closed before HELLO");
-        return -1;
-    }
-    return 0;
+    struct fb_msg_hello m;
+    int rc = fb_gate_serve(g, &c->peer, r->token, fb_rt_build_id(), &m);
+    if (rc != 1)
+        return rc;
+    char why[200];
+    if (ring_hello_problem(j->nonce, mod(r->rank - 1, r->n), &m, why,
+                           sizeof why) == 0)
+        return 1;
+    fb_gate_reject(g, &c->peer, why);
+    return -1;
 }
 
 /* Accepts what is pending, reading each newcomer at once: the previous
  * rank sends its HELLO as soon as it connects, so it is recognised before
  * a flood of other connections could push it out. */
-static int cand_accept(const fiber_ring *r, const struct joining *j,
-                       struct candidates *cs)
+static struct cand *cand_accept(const fiber_ring *r, const struct joining *j,
+                                struct fb_gate *g)
 {
     int fd;
     while (fb_sock_accept(j->listen_fd, &fd) == 0) {
-        if (cs->n == MAX_CANDIDATES)
-            cand_drop(cs, 0, "too many unproven connections");
-        fb_conn_init(&cs->c[cs->n++], fd, HELLO_MAX);
-        if (fb_conn_secure_for(&cs->c[cs->n - 1], j->bound, FB_SEC_SERVER,
-                               r->token) != 0) {
-            cand_drop(cs, cs->n - 1, fiber_last_error());
+        struct cand *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
             continue;
         }
-        if (cand_serve(r, j, cs, cs->n - 1) == 1)
-            return cs->n - 1;
+        fb_conn_init(&c->conn, fd, FB_GATE_HELLO_MAX);
+        if (fb_conn_secure_for(&c->conn, j->bound, FB_SEC_SERVER,
+                               r->token) != 0) {
+            fb_log_warn("ring: dropping peer on fd %d: %s", fd,
+                        fiber_last_error());
+            fb_conn_close(&c->conn);
+            free(c);
+            continue;
+        }
+        fb_gate_add(g, &c->peer, &c->conn);
+        if (cand_serve(r, j, g, c) == 1)
+            return c;
     }
-    return -1;
+    return NULL;
 }
 
-/* One round after poll: serves the candidates that stirred (from the end,
- * since a drop moves the last into the hole) and accepts newcomers.
- * Returns the index of the previous rank's connection, or -1. */
-static int cand_round(const fiber_ring *r, const struct joining *j,
-                      struct candidates *cs, const struct pollfd *pf)
+/* One round after poll: serves the n candidates cs that stirred and
+ * accepts newcomers (last: making room closes candidates).  Returns the
+ * previous rank's candidate, or NULL. */
+static struct cand *cand_round(const fiber_ring *r, const struct joining *j,
+                               struct fb_gate *g, struct cand **cs, int n,
+                               const struct pollfd *pf)
 {
-    for (int i = cs->n - 1; i >= 0; i--)
-        if (pf[1 + i].revents && cand_serve(r, j, cs, i) == 1)
-            return i;
-    return pf[0].revents ? cand_accept(r, j, cs) : -1;
+    for (int i = 0; i < n; i++)
+        if (pf[1 + i].revents && cand_serve(r, j, g, cs[i]) == 1)
+            return cs[i];
+    return pf[0].revents ? cand_accept(r, j, g) : NULL;
 }
 
 /* Waits for the previous rank among whatever connects to our socket.  The
@@ -714,25 +729,35 @@ static int cand_round(const fiber_ring *r, const struct joining *j,
  * closes that link, and failing here as well passes the news on even when
  * the previous rank will never come and there is no timeout. */
 static int find_prev(const fiber_ring *r, struct joining *j,
-                     struct candidates *cs, int *won)
+                     struct fb_gate *g, struct cand **won)
 {
-    *won = -1;
-    while (*won < 0) {
+    *won = NULL;
+    while (!*won) {
+        uint64_t now = fb_now_ms();
+        uint64_t next = fb_gate_tick(g, now); /* drops the late */
         struct pollfd pf[2 + MAX_CANDIDATES];
+        struct cand *cs[MAX_CANDIDATES];
+        int n = 0;
         pf[0] = (struct pollfd){.fd = j->listen_fd, .events = POLLIN};
-        for (int i = 0; i < cs->n; i++)
-            pf[1 + i] = (struct pollfd){.fd = cs->c[i].fd, .events = POLLIN};
+        for (struct fb_gate_peer *p = g->oldest; p && n < MAX_CANDIDATES;
+             p = p->newer, n++) {
+            cs[n] = cand_of(p);
+            pf[1 + n] = (struct pollfd){.fd = cs[n]->conn.fd, .events = POLLIN};
+        }
         /* Our HELLO to next may still wait for its key (encryption). */
-        pf[1 + cs->n] = (struct pollfd){
+        pf[1 + n] = (struct pollfd){
             .fd = j->next.fd,
             .events = (short)(POLLRDHUP | fb_conn_wait_events(&j->next))};
-        int k = poll(pf, (nfds_t)(2 + cs->n), fb_ms_left(j->deadline));
-        if (k == 0)
+        int wait = fb_ms_left(j->deadline);
+        if (next != UINT64_MAX && (wait < 0 || next - now < (uint64_t)wait))
+            wait = (int)(next - now);
+        int k = poll(pf, (nfds_t)(2 + n), wait);
+        if (k == 0 && fb_ms_left(j->deadline) == 0)
             return fb_err(FIBER_ETIMEDOUT, "ring rank %d: rank %d did not "
                           "connect in time", r->rank, mod(r->rank - 1, r->n));
         if (k < 0 && errno != EINTR)
             return fb_err_errno(FIBER_ESYS, "poll");
-        short next_ev = k > 0 ? pf[1 + cs->n].revents : 0;
+        short next_ev = k > 0 ? pf[1 + n].revents : 0;
         if ((next_ev & (POLLIN | POLLOUT)) && fb_conn_flush(&j->next) < 0)
             return fb_err(FIBER_ECLOSED, "ring rank %d: cannot greet rank "
                           "%d: %s", r->rank, mod(r->rank + 1, r->n),
@@ -742,7 +767,7 @@ static int find_prev(const fiber_ring *r, struct joining *j,
                           "the ring was being linked", r->rank,
                           mod(r->rank + 1, r->n));
         if (k > 0)
-            *won = cand_round(r, j, cs, pf);
+            *won = cand_round(r, j, g, cs, n, pf);
     }
     return 0;
 }
@@ -750,18 +775,22 @@ static int find_prev(const fiber_ring *r, struct joining *j,
 /* Accepts the previous rank, answers its HELLO and keeps the link. */
 static int accept_prev(fiber_ring *r, struct joining *j)
 {
-    struct candidates cs = {.n = 0};
-    int won;
-    int rc = find_prev(r, j, &cs, &won);
+    struct fb_gate g;
+    fb_gate_init(&g, "ring", MAX_CANDIDATES, 0, cand_close, NULL);
+    struct cand *won;
+    int rc = find_prev(r, j, &g, &won);
     if (rc == 0)
-        rc = put_hello(r, j->nonce, &cs.c[won].out);
-    if (rc == 0 && fb_conn_flush_wait(&cs.c[won], j->deadline) != 0)
+        rc = put_hello(r, j->nonce, &won->conn.out);
+    if (rc == 0 && fb_conn_flush_wait(&won->conn, j->deadline) != 0)
         rc = fb_err(FIBER_ECLOSED, "ring rank %d: cannot answer rank %d: %s",
-                    r->rank, mod(r->rank - 1, r->n), cs.c[won].err);
-    if (rc == 0)
-        rc = adopt_link(&cs.c[won], &r->prev);
-    for (int i = 0; i < cs.n; i++)
-        fb_conn_close(&cs.c[i]);
+                    r->rank, mod(r->rank - 1, r->n), won->conn.err);
+    if (rc == 0) {
+        fb_gate_admit(&g, &won->peer);
+        rc = adopt_link(&won->conn, &r->prev);
+        fb_conn_close(&won->conn); /* empty, unless adopting failed */
+        free(won);
+    }
+    fb_gate_clear(&g);
     return rc;
 }
 
@@ -1301,7 +1330,7 @@ FIBER_API int fiber_ring_join(fiber_ring **out, const void *ser, size_t len,
         return rc;
     struct joining j = {.deadline = fb_deadline_ms(timeout_ms),
                         .listen_fd = -1};
-    fb_conn_init(&j.next, -1, HELLO_MAX);
+    fb_conn_init(&j.next, -1, FB_GATE_HELLO_MAX);
     if (r->n > 1)
         rc = start_listening(r, &j);
     if (rc == 0)

@@ -40,14 +40,6 @@ const struct fb_config *fb_rt_config(void) { return &rt.cfg; }
 const uint8_t *fb_rt_token(void) { return rt.token; }
 const char *fb_rt_build_id(void) { return rt.build_id; }
 
-uint64_t fb_rt_dropped_peers(void)
-{
-    fb_rt_lock();
-    uint64_t n = rt.dropped_peers;
-    fb_rt_unlock();
-    return n;
-}
-
 int fb_rt_wait(uint64_t deadline_ms)
 {
     if (deadline_ms == UINT64_MAX) {
