@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +42,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/thread.h"
 #include "net/gate.h"
 #include "net/net.h"
 #include "net/secure.h"
@@ -597,15 +597,9 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
         struct epoll_event b = {.events = EPOLLIN, .data.ptr = EV_STOP};
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &a);
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_fd, &b);
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int err = pthread_create(&s->thread, NULL, serve_main, s);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (err)
-            rc = fb_err(FIBER_ESYS, "cannot start the blob server thread");
-        else
-            s->has_thread = 1;
+        rc = fb_thread_start(&s->thread, serve_main, s,
+                             "the blob server thread");
+        s->has_thread = rc == 0;
     }
     if (rc) {
         fb_oserve_stop(s);

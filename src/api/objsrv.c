@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stddef.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +21,7 @@
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/spin.h"
+#include "core/thread.h"
 #include "net/gate.h"
 
 #define MAX_CONNS 4096
@@ -693,15 +693,9 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
         epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_efd, &b);
     }
     if (rc == 0 && own_thread) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int err = pthread_create(&s->thread, NULL, server_main, s);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (err)
-            rc = fb_err(FIBER_ESYS, "cannot start the object server thread");
-        else
-            s->has_thread = 1;
+        rc = fb_thread_start(&s->thread, server_main, s,
+                             "the object server thread");
+        s->has_thread = rc == 0;
     }
     if (rc) {
         fb_objsrv_stop(s);

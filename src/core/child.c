@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +33,7 @@
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/task.h"
+#include "core/thread.h"
 
 extern char **environ;
 
@@ -206,14 +206,8 @@ static void *watchdog(void *arg)
 static void start_watchdog(struct fb_child *ch)
 {
     pthread_t t;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&t, NULL, watchdog, ch);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err)
-        die(FB_EXIT_BOOT, "cannot start the watchdog thread: %s",
-            strerror(err));
+    if (fb_thread_start(&t, watchdog, ch, "the watchdog thread") != 0)
+        die(FB_EXIT_BOOT, "%s", fiber_last_error());
     pthread_detach(t);
 }
 

@@ -38,6 +38,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/thread.h"
 
 #define EV_LISTEN 1u
 #define EV_WAKE 2u
@@ -473,20 +474,6 @@ static int open_poller(void)
     return rc;
 }
 
-static int start_thread(void)
-{
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&R->service_thread, NULL, service_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err) {
-        errno = err;
-        return fb_err_errno(FIBER_ESYS, "cannot start the service thread");
-    }
-    return 0;
-}
-
 static void close_fds(void)
 {
     if (R->listen_fd >= 0)
@@ -530,7 +517,8 @@ int fb_service_start(void)
         R->gate.on_refused = note_refused;
     }
     if (rc == 0)
-        rc = start_thread();
+        rc = fb_thread_start(&R->service_thread, service_main, NULL,
+                             "the service thread");
     if (rc) {
         close_fds();
         return rc;
