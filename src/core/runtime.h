@@ -85,6 +85,10 @@ struct fb_jobrec {
     struct fb_jobrec *prev, *next;
 };
 
+/* fiber_init's work, once the API layer has registered its hooks
+ * (api/init.c, core/hooks.h): in a child it never returns. */
+int fb_rt_init(int *argc, char ***argv);
+
 /* Returns 1 in the master after fiber_init(). */
 int fb_rt_is_master(void);
 
