@@ -8,7 +8,7 @@
 #include "api/objsrv.h"
 
 extern const struct fb_obj_kind fb_kind_queue;
-extern const struct fb_obj_kind fb_kind_rendezvous; /* ring.c */
+extern const struct fb_obj_kind fb_kind_rendezvous; /* ring_rdv.c */
 
 const struct fb_obj_kind *const fb_obj_kinds[] = {
     &fb_kind_queue,

@@ -3,7 +3,7 @@
  * objsrv.c) and every kind of object it hosts: queues and pipes
  * (queue.c), the manager's dict, list, value, lock, rlock, event,
  * semaphore, barrier, condition and custom objects (mobj_srv.c), and the
- * ring's rendezvous (ring.c).
+ * ring's rendezvous (ring_rdv.c).
  *
  * Each input runs a real server (fb_objsrv_start without a thread, driven
  * one round at a time with fb_objsrv_step) on a unix socket, with three
