@@ -5,8 +5,9 @@
  * One thread per server, started by fb_oserve_start and stopped by
  * fb_oserve_stop (which joins it).  It owns a listening socket and its
  * connections; a client waits in the server's gate (net/gate.h) until it
- * proves itself with HELLO (the run's token, the build id), then sends OBJ_GET for a ref and gets OBJ_DATA pieces, an
- * OBJ_NONE, or (from the master) an OBJ_FROM naming a holder to ask.
+ * proves itself with HELLO (the run's token, the build id), then sends
+ * OBJ_GET for a ref and gets OBJ_DATA pieces, an OBJ_NONE, or (from the
+ * master) an OBJ_FROM naming a holder to ask.
  *
  * The master's server keeps the directory: which workers hold each blob
  * (OBJ_HAVE), how many askers each is serving (load, settled by the
@@ -29,13 +30,11 @@
  */
 #include <errno.h>
 #include <stddef.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "api/object_int.h"
@@ -44,6 +43,7 @@
 #include "core/runtime.h"
 #include "core/thread.h"
 #include "net/gate.h"
+#include "net/listener.h"
 #include "net/net.h"
 #include "net/secure.h"
 
@@ -83,10 +83,8 @@ struct fb_sconn {
 
 struct fb_oserve {
     int directory;
-    int listen_fd, epfd, stop_fd;
-    char address[FB_WIRE_ADDR_MAX + 1];
-    pthread_t thread;
-    int has_thread, stopping;
+    struct fb_listener l; /* socket, epoll set, stop eventfd, thread */
+    int stopping;
     struct fb_sconn *conns;
     int n_conns;
     struct fb_gate gate; /* the conns not yet through HELLO */
@@ -130,12 +128,7 @@ static void conn_add(struct fb_oserve *s, int fd)
         close(fd);
         return;
     }
-    fb_conn_init(&c->conn, fd, FB_GATE_HELLO_MAX);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (fb_conn_secure_for(&c->conn, s->address, FB_SEC_SERVER,
-                           fb_rt_token()) != 0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        fb_conn_close(&c->conn);
+    if (fb_listener_adopt(&s->l, &c->conn, fd, c, fb_rt_token()) != 0) {
         free(c);
         return;
     }
@@ -223,8 +216,7 @@ static void conn_drop(struct fb_oserve *s, struct fb_sconn *c)
     }
     fb_gate_admit(&s->gate, &c->peer); /* out of it, if still in */
     unkick(s, c);
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
-    fb_conn_close(&c->conn);
+    fb_listener_drop(&s->l, &c->conn);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -239,17 +231,8 @@ static void send_now(struct fb_oserve *s, struct fb_sconn *c)
 {
     if (c->doomed)
         return;
-    int rc = fb_conn_flush(&c->conn);
-    if (rc < 0) {
+    if (fb_listener_flush(&s->l, &c->conn, c, &c->want_out) < 0)
         c->doomed = 1;
-        return;
-    }
-    if ((rc == 1) != c->want_out) {
-        c->want_out = rc == 1;
-        struct epoll_event ev = {
-            .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c};
-        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->conn.fd, &ev);
-    }
 }
 
 /* ---- answering ------------------------------------------------------------ */
@@ -357,7 +340,7 @@ static int on_get(struct fb_oserve *s, struct fb_sconn *c,
                                       : "this holder does not have it");
     } else if (!s->directory) {
         rc = queue_xfer(c, b, h->id, 0);
-    } else if (b->shm_path[0] && strncmp(s->address, "unix:", 5) == 0) {
+    } else if (b->shm_path[0] && strncmp(s->l.address, "unix:", 5) == 0) {
         /* Same host: map the master's own copy. */
         rc = fb_wire_put_obj_file(&c->conn.out, h->id, b->shm_path);
         fb_blobs_note_map();
@@ -542,7 +525,7 @@ static void on_conn(struct fb_oserve *s, struct fb_sconn *c, uint32_t events)
 static void accept_all(struct fb_oserve *s)
 {
     int fd;
-    while (fb_sock_accept(s->listen_fd, &fd) == 0)
+    while (fb_sock_accept(s->l.listen_fd, &fd) == 0)
         conn_add(s, fd);
 }
 
@@ -554,7 +537,7 @@ static void *serve_main(void *arg)
         uint64_t now = fb_now_ms();
         uint64_t next = fb_gate_tick(&s->gate, now);
         int timeout = next - now < 1000 ? (int)(next - now) : 1000;
-        int n = epoll_wait(s->epfd, evs, 64, timeout);
+        int n = epoll_wait(s->l.epfd, evs, 64, timeout);
         int listener = 0;
         for (int i = 0; i < n && !s->stopping; i++) {
             void *d = evs[i].data.ptr;
@@ -585,22 +568,11 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
     if (!s)
         return fb_err(FIBER_ENOMEM, "out of memory");
     s->directory = directory;
-    s->listen_fd = s->epfd = s->stop_fd = -1;
+    fb_listener_init(&s->l);
     fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
-    int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
-                            sizeof s->address);
-    if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-                    (s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
-        rc = fb_err_errno(FIBER_ESYS, "blob server setup");
-    if (rc == 0) {
-        struct epoll_event a = {.events = EPOLLIN, .data.ptr = EV_LISTEN};
-        struct epoll_event b = {.events = EPOLLIN, .data.ptr = EV_STOP};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &a);
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_fd, &b);
-        rc = fb_thread_start(&s->thread, serve_main, s,
-                             "the blob server thread");
-        s->has_thread = rc == 0;
-    }
+    int rc = fb_listener_open(&s->l, addr, EV_LISTEN, EV_STOP, "blob server");
+    if (rc == 0)
+        rc = fb_listener_start(&s->l, serve_main, s, "the blob server thread");
     if (rc) {
         fb_oserve_stop(s);
         return rc;
@@ -609,30 +581,20 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
     return 0;
 }
 
-const char *fb_oserve_address(const struct fb_oserve *s) { return s->address; }
+const char *fb_oserve_address(const struct fb_oserve *s)
+{
+    return s->l.address;
+}
 
 void fb_oserve_stop(struct fb_oserve *s)
 {
     if (!s)
         return;
-    if (s->has_thread) {
-        uint64_t one = 1;
-        if (write(s->stop_fd, &one, sizeof one) < 0) {
-            /* saturated: it is stopping already */
-        }
-        pthread_join(s->thread, NULL);
-    }
+    fb_listener_join(&s->l);
     fb_gate_clear(&s->gate);
     while (s->conns)
         conn_drop(s, s->conns);
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->stop_fd >= 0)
-        close(s->stop_fd);
-    if (strncmp(s->address, "unix:", 5) == 0)
-        unlink(s->address + 5);
+    fb_listener_close(&s->l);
     free(s);
 }
 
@@ -644,10 +606,10 @@ struct fb_oserve *fb_oserve_detached(int directory)
     if (!s)
         return NULL;
     s->directory = directory;
-    s->listen_fd = s->stop_fd = -1;
+    fb_listener_init(&s->l);
     fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    snprintf(s->address, sizeof s->address, "unix:/nonexistent/fuzz.sock");
+    s->l.epfd = epoll_create1(EPOLL_CLOEXEC);
+    snprintf(s->l.address, sizeof s->l.address, "unix:/nonexistent/fuzz.sock");
     return s;
 }
 

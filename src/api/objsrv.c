@@ -6,13 +6,11 @@
  */
 #include <errno.h>
 #include <stddef.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +21,7 @@
 #include "core/spin.h"
 #include "core/thread.h"
 #include "net/gate.h"
+#include "net/listener.h"
 
 #define MAX_CONNS 4096
 #define SPIN_US 50 /* the longest spin of an idle server before it blocks */
@@ -41,20 +40,17 @@ struct fb_oconn {
 };
 
 struct fb_objsrv {
-    int listen_fd, epfd, stop_efd;
-    char address[600];
+    struct fb_listener l; /* socket, epoll set, stop eventfd, thread */
     uint8_t token[FB_WIRE_TOKEN_LEN];
     char build_id[FB_WIRE_BUILD_ID_MAX + 1];
     uint32_t max_payload;
-    pthread_t thread;
-    int has_thread;
     struct fb_oconn *conns;
     int n_conns;
     struct fb_gate gate;     /* the conns not yet through HELLO */
     struct fb_obj *objs;
     uint32_t next_id;
     struct fb_oreq *parked;
-    uint64_t dropped;        /* closed over MAX_CONNS (the gate counts its own) */
+    uint64_t dropped; /* closed over MAX_CONNS (the gate counts its own) */
     int n_doomed;
     int stopping;
     struct fb_oconn *dirty; /* connections with replies to flush */
@@ -76,8 +72,7 @@ static void conn_free(struct fb_objsrv *s, struct fb_oconn *c)
     if (c->doomed)
         s->n_doomed--;
     dirty_unlink(s, c);
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
-    fb_conn_close(&c->conn);
+    fb_listener_drop(&s->l, &c->conn);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -113,12 +108,7 @@ static void conn_add(struct fb_objsrv *s, int fd)
         close(fd);
         return;
     }
-    fb_conn_init(&c->conn, fd, FB_GATE_HELLO_MAX);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (fb_conn_secure_for(&c->conn, s->address, FB_SEC_SERVER, s->token) !=
-            0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        fb_conn_close(&c->conn);
+    if (fb_listener_adopt(&s->l, &c->conn, fd, c, s->token) != 0) {
         free(c);
         return;
     }
@@ -148,17 +138,8 @@ static void send_now(struct fb_objsrv *s, struct fb_oconn *c)
 {
     if (c->doomed)
         return;
-    int rc = fb_conn_flush(&c->conn);
-    if (rc < 0) {
+    if (fb_listener_flush(&s->l, &c->conn, c, &c->want_out) < 0)
         conn_doom(s, c);
-        return;
-    }
-    if ((rc == 1) != c->want_out) {
-        c->want_out = rc == 1;
-        struct epoll_event ev = {
-            .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c};
-        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->conn.fd, &ev);
-    }
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -598,7 +579,7 @@ static void accept_all(struct fb_objsrv *s)
 {
     for (int i = 0; i < 64; i++) {
         int fd;
-        int rc = fb_sock_accept(s->listen_fd, &fd);
+        int rc = fb_sock_accept(s->l.listen_fd, &fd);
         if (rc != 0)
             return;
         conn_add(s, fd);
@@ -611,19 +592,19 @@ static void accept_all(struct fb_objsrv *s)
 static int wait_events(struct fb_objsrv *s, struct epoll_event *evs, int max,
                        int timeout)
 {
-    int n = epoll_wait(s->epfd, evs, max, 0);
+    int n = epoll_wait(s->l.epfd, evs, max, 0);
     if (n != 0 || timeout == 0)
         return n;
     unsigned spin_us = fb_spin_budget(&s->spin);
     if (spin_us) {
         uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
         while (n == 0 && fb_now_ns() < until)
-            n = epoll_wait(s->epfd, evs, max, 0);
+            n = epoll_wait(s->l.epfd, evs, max, 0);
         fb_spin_result(&s->spin, n != 0);
         if (n != 0)
             return n;
     }
-    return epoll_wait(s->epfd, evs, max, timeout);
+    return epoll_wait(s->l.epfd, evs, max, timeout);
 }
 
 int fb_objsrv_step(struct fb_objsrv *s, int max_wait_ms)
@@ -656,7 +637,7 @@ void fb_objsrv_run(struct fb_objsrv *s, int stop_fd)
     if (stop_fd >= 0) {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP,
                                  .data.ptr = EV_CTRL};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, stop_fd, &ev);
+        epoll_ctl(s->l.epfd, EPOLL_CTL_ADD, stop_fd, &ev);
     }
     while (!s->stopping)
         fb_objsrv_step(s, -1);
@@ -675,28 +656,17 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
     struct fb_objsrv *s = calloc(1, sizeof *s);
     if (!s)
         return fb_err(FIBER_ENOMEM, "out of memory");
-    s->listen_fd = s->epfd = s->stop_efd = -1;
+    fb_listener_init(&s->l);
     memcpy(s->token, token, sizeof s->token);
     fb_strlcpy(s->build_id, build_id, sizeof s->build_id);
     s->max_payload = fb_rt_config()->max_message_bytes;
     fb_gate_init(&s->gate, "object server", 0, 0, gate_close, s);
     fb_spin_init(&s->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
-    int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
-                            sizeof s->address);
-    if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-                    (s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
-        rc = fb_err_errno(FIBER_ESYS, "object server setup");
-    if (rc == 0) {
-        struct epoll_event a = {.events = EPOLLIN, .data.ptr = EV_LISTEN};
-        struct epoll_event b = {.events = EPOLLIN, .data.ptr = EV_STOP};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &a);
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_efd, &b);
-    }
-    if (rc == 0 && own_thread) {
-        rc = fb_thread_start(&s->thread, server_main, s,
-                             "the object server thread");
-        s->has_thread = rc == 0;
-    }
+    int rc = fb_listener_open(&s->l, addr, EV_LISTEN, EV_STOP,
+                              "object server");
+    if (rc == 0 && own_thread)
+        rc = fb_listener_start(&s->l, server_main, s,
+                               "the object server thread");
     if (rc) {
         fb_objsrv_stop(s);
         return rc;
@@ -705,7 +675,10 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
     return 0;
 }
 
-const char *fb_objsrv_address(const struct fb_objsrv *s) { return s->address; }
+const char *fb_objsrv_address(const struct fb_objsrv *s)
+{
+    return s->l.address;
+}
 
 uint64_t fb_objsrv_dropped(struct fb_objsrv *s)
 {
@@ -716,13 +689,7 @@ void fb_objsrv_stop(struct fb_objsrv *s)
 {
     if (!s)
         return;
-    if (s->has_thread) {
-        uint64_t one = 1;
-        if (write(s->stop_efd, &one, sizeof one) < 0) {
-            /* saturated: it is stopping already */
-        }
-        pthread_join(s->thread, NULL);
-    }
+    fb_listener_join(&s->l);
     fb_gate_clear(&s->gate);
     while (s->conns)
         conn_drop(s, s->conns, "server stopping");
@@ -733,13 +700,6 @@ void fb_objsrv_stop(struct fb_objsrv *s)
             o->ops->destroy(o);
         free(o);
     }
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->stop_efd >= 0)
-        close(s->stop_efd);
-    if (strncmp(s->address, "unix:", 5) == 0)
-        unlink(s->address + 5);
+    fb_listener_close(&s->l);
     free(s);
 }

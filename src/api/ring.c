@@ -3,17 +3,17 @@
  * arrays (allreduce, broadcast), the building block of data-parallel
  * training.
  *
- * Forming a ring.  The master creates a rendezvous object on its object
- * server (ring_rdv.c; its operations are ring_ops.h).  Each member opens a listening socket of its own, then JOINs the
- * rendezvous with its rank and address.  A JOIN is parked on the server
- * until all N ranks are in; then every member is answered with every
- * member's address and the ring's random nonce.  A member dials the next
- * rank and accepts the previous one, and each end of each link proves
- * itself with a HELLO (wire.h) carrying the run's token, the program's
- * build id, the nonce (which ring) and the sender's rank ("ring-3").  A
- * stray or hostile peer on a member's socket waits in the join's gate
- * (net/gate.h) and is dropped without disturbing the ring, and the
- * listener is closed once both links are up.
+ * Forming a ring.  The master creates a rendezvous object on its object server
+ * (ring_rdv.c; its operations are ring_ops.h).  Each member opens a listening
+ * socket of its own, then JOINs the rendezvous with its rank and address.  A
+ * JOIN is parked on the server until all N ranks are in; then every member is
+ * answered with every member's address and the ring's random nonce.  A member
+ * dials the next rank and accepts the previous one, and each end of each link
+ * proves itself with a HELLO (wire.h) carrying the run's token, the program's
+ * build id, the nonce (which ring) and the sender's rank ("ring-3").  A stray
+ * or hostile peer on a member's socket waits in the join's gate (net/gate.h)
+ * and is dropped without disturbing the ring, and the listener is closed once
+ * both links are up.
  *
  * The links carry data one way: rank r writes only to its "next" link (to
  * r+1) and reads only from its "prev" link (from r-1).  Each step of a
@@ -48,8 +48,8 @@
  * A failed ring stays broken: later calls fail with FIBER_ESTATE.
  *
  * Threads: ring.c has none.  The rendezvous (ring_rdv.c) runs in the
- * object server's thread; a member's calls run in the caller's thread, one at a time per
- * handle.
+ * object server's thread; a member's calls run in the caller's thread,
+ * one at a time per handle.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -84,7 +84,8 @@ struct fiber_ring {
     uint32_t magic;
     int n;
     int rank;                 /* -1 on the creator's handle */
-    char addr[FB_RING_ADDR_MAX];      /* the object server holding the rendezvous */
+    char addr[FB_RING_ADDR_MAX]; /* the object server holding the
+                                    rendezvous */
     uint8_t token[FB_WIRE_TOKEN_LEN];
     uint32_t obj;
     struct fb_conn next, prev; /* our links (fd -1 when closed): conns,

@@ -1,6 +1,7 @@
 /*
- * runtime.c -- fb_rt_init (fiber_init's work: api/init.c) and the roles, the run's identity, configuration
- * layering, and the master's job records.
+ * runtime.c -- fb_rt_init (fiber_init's work; fiber_init is api/init.c)
+ * and the roles, the run's identity, configuration layering, and the
+ * master's job records.
  */
 #include <dirent.h>
 #include <errno.h>

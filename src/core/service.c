@@ -132,22 +132,23 @@ static void close_pending(struct fb_gate_peer *peer, void *arg)
     free(p);
 }
 
-uint64_t fb_rt_dropped_peers(void)
+/* Reads one of the gate's counters under the runtime lock. */
+static uint64_t gate_count(const uint64_t *counter)
 {
-    R = fb_rt();
     fb_rt_lock();
-    uint64_t n = R->gate.dropped;
+    uint64_t n = *counter;
     fb_rt_unlock();
     return n;
 }
 
+uint64_t fb_rt_dropped_peers(void)
+{
+    return gate_count(&fb_rt()->gate.dropped);
+}
+
 uint64_t fb_rt_refused_peers(void)
 {
-    R = fb_rt();
-    fb_rt_lock();
-    uint64_t n = R->gate.refused;
-    fb_rt_unlock();
-    return n;
+    return gate_count(&fb_rt()->gate.refused);
 }
 
 static void accept_peers(void)

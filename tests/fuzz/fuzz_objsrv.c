@@ -51,7 +51,8 @@
 #include "core/runtime.h"
 #include "net/net.h"
 
-/* Operation numbers: protocol (queue_ops.h, mobj_ops.h, ring.c), never renumbered. */
+/* Operation numbers: protocol (queue_ops.h, mobj_ops.h, ring_ops.h), never
+ * renumbered. */
 enum { Q_PUT = FB_OP_KIND, Q_GET, Q_SIZE, Q_CLOSE, Q_TAKEN, Q_ACK, Q_RELEASE,
        Q_FREE };
 enum {
