@@ -30,10 +30,12 @@
  * caller's.
  *
  * Threading: a gate is used by one thread at a time, the server's.  The
- * close function is called from fb_gate_add, _drop, _reject, _serve,
- * _tick and _clear only, so a server that must not free a record named
- * by the events it is still handling calls those between event batches
- * (fb_gate_add in particular: accept after the batch).
+ * close function is called from fb_gate_add, _drop, _reject,
+ * _drop_oldest, _serve, _tick and _clear only (each closes only the peer
+ * it names, except _add, which may close the oldest, and _tick and
+ * _clear), so a server that must not free a record named by the events
+ * it is still handling calls _add between event batches: it accepts
+ * after the batch.
  */
 #ifndef FB_NET_GATE_H
 #define FB_NET_GATE_H
@@ -74,7 +76,7 @@ struct fb_gate_peer {
     struct fb_conn *conn; /* the peer's connection (the caller's) */
     uint64_t deadline_ms; /* dropped when it passes */
     struct fb_gate_peer *newer, *older;
-    int in_gate;
+    int in_gate; /* 1 from fb_gate_add until it is admitted or closed */
 };
 
 struct fb_gate {
