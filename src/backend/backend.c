@@ -2,30 +2,64 @@
  * backend.c -- the registry of backends and the thin wrappers core code
  * calls instead of touching an ops table.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/runops.h"
 #include "core/common.h"
 
-static const struct fb_backend_ops *const backends[] = {
-    &fb_backend_local,
-    &fb_backend_docker,
-    &fb_backend_slurm,
-    &fb_backend_kubernetes,
+/* The registry: every backend's two tables, its job ops (backend.h) and
+ * its run ops (runops.h).  Adding a backend is one folder and one line
+ * here. */
+static const struct {
+    const struct fb_backend_ops *jobs;
+    const struct fb_run_ops *runs;
+} registry[] = {
+    {&fb_backend_local, &fb_run_ops_local},
+    {&fb_backend_docker, &fb_run_ops_docker},
+    {&fb_backend_slurm, &fb_run_ops_slurm},
+    {&fb_backend_kubernetes, &fb_run_ops_kubernetes},
 };
+
+const char *fb_backend_names(void)
+{
+    static char names[128];
+    if (!names[0]) {
+        size_t used = 0;
+        for (size_t i = 0; i < FB_ARRAY_LEN(registry); i++)
+            used += (size_t)snprintf(names + used, sizeof names - used,
+                                     "%s%s", i ? ", " : "",
+                                     registry[i].runs->name);
+    }
+    return names;
+}
 
 const struct fb_backend_ops *fb_backend_find(const char *name)
 {
-    for (size_t i = 0; i < FB_ARRAY_LEN(backends); i++)
-        if (strcmp(backends[i]->name, name) == 0)
-            return backends[i];
-    fb_err(FIBER_ECONFIG,
-           "backend '%s' does not exist; backends: local, docker, slurm, "
-           "kubernetes",
-           name);
+    for (size_t i = 0; name && i < FB_ARRAY_LEN(registry); i++)
+        if (strcmp(registry[i].jobs->name, name) == 0)
+            return registry[i].jobs;
+    fb_err(FIBER_ECONFIG, "backend '%.40s' does not exist; backends: %s",
+           name ? name : "(null)", fb_backend_names());
     return NULL;
+}
+
+const struct fb_run_ops *fb_run_ops_find(const char *name)
+{
+    for (size_t i = 0; name && i < FB_ARRAY_LEN(registry); i++)
+        if (strcmp(registry[i].runs->name, name) == 0)
+            return registry[i].runs;
+    fb_err(FIBER_EINVAL, "unknown backend '%.40s'; known: %s",
+           name ? name : "(null)", fb_backend_names());
+    return NULL;
+}
+
+const struct fb_run_ops *fb_run_ops_at(size_t i)
+{
+    return i < FB_ARRAY_LEN(registry) ? registry[i].runs : NULL;
 }
 
 int fb_job_program(const struct fb_job_spec *spec, char *out, size_t size)
