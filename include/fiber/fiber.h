@@ -1426,6 +1426,8 @@ typedef struct fiber_job_info {
     char *engine_id;    /* what the run's engine calls the job: docker,
                            the container's short id; kubernetes, the pod's
                            name; "" for a local process */
+    char engine_kind[16]; /* what engine_id names, in words: "container",
+                             "pod", "job"; "" when engine_id is "" */
 } fiber_job_info;
 
 /* One run. */

@@ -82,6 +82,21 @@ static int check_run_id(const char *run)
                   run, FB_RUN_ID_MAX);
 }
 
+/* Says what each job's engine id names, in its run's backend's words. */
+static void name_engine_ids(fiber_run_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        const struct fb_run_ops *ops = fb_run_ops_find(l->runs[i].backend);
+        const char *noun = ops && ops->job_noun ? ops->job_noun : "job";
+        for (size_t j = 0; j < l->runs[i].n_jobs; j++) {
+            fiber_job_info *job = &l->runs[i].jobs[j];
+            fb_strlcpy(job->engine_kind, job->engine_id[0] ? noun : "",
+                       sizeof job->engine_kind);
+        }
+    }
+    fb_err_clear();
+}
+
 static void sort_list(fiber_run_list *l)
 {
     /* (qsort's pointer must not be NULL, even for no elements.) */
@@ -119,6 +134,7 @@ FIBER_API int fiber_runs_list(const char *run, fiber_run_list *out)
         fiber_run_list_free(&l);
         return rc;
     }
+    name_engine_ids(&l);
     sort_list(&l);
     *out = l;
     return 0;

@@ -54,6 +54,9 @@ struct fiber_run {
 
 struct fb_run_ops {
     const char *name; /* "local", "docker", "slurm", "kubernetes" */
+    /* What the engine ids of this backend's jobs name ("container",
+     * "pod"), for fiber_job_info.engine_kind; NULL reads as "job". */
+    const char *job_noun;
 
     /* fiber_backend_check: one line saying what was found (engine,
      * version, reachable) into detail.  0 when usable. */

@@ -65,14 +65,6 @@ static const char *run_state(int alive)
     return alive > 0 ? "alive" : alive < 0 ? "unknown" : "dead";
 }
 
-/* What the run's engine calls a job: "container", "pod", "job". */
-static const char *engine_word(const char *backend)
-{
-    return strcmp(backend, "docker") == 0       ? "container"
-           : strcmp(backend, "kubernetes") == 0 ? "pod"
-                                                : "job";
-}
-
 static void print_run(const fiber_run_info *r)
 {
     printf("%-18s %-8s %-8s %s\n", r->run, r->backend, run_state(r->alive),
@@ -81,7 +73,7 @@ static void print_run(const fiber_run_info *r)
         const fiber_job_info *j = &r->jobs[i];
         if (j->engine_id[0])
             printf("  %-16s %-8s %-8s %s %-14s %s\n", j->name, j->role,
-                   j->state, engine_word(r->backend), j->engine_id,
+                   j->state, j->engine_kind, j->engine_id,
                    j->status);
         else if (j->pid > 0)
             printf("  %-16s %-8s %-8s pid %ld\n", j->name, j->role,

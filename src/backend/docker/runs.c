@@ -545,6 +545,7 @@ static int docker_wait(struct fiber_run *r, int timeout_ms, int *exit_code)
 
 const struct fb_run_ops fb_run_ops_docker = {
     .name = "docker",
+    .job_noun = "container",
     .describe = fb_engine_describe,
     .start = docker_start,
     .follow = docker_follow,

@@ -422,6 +422,7 @@ static int k8s_wait(struct fiber_run *r, int timeout_ms, int *exit_code)
 
 const struct fb_run_ops fb_run_ops_kubernetes = {
     .name = "kubernetes",
+    .job_noun = "pod",
     .describe = fb_k8s_describe,
     .start = k8s_start,
     .follow = k8s_follow,
