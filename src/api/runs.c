@@ -140,20 +140,10 @@ FIBER_API int fiber_runs_list(const char *run, fiber_run_list *out)
     return 0;
 }
 
-/* Finds run (which must exist) into *l; its entry in *r. */
-static int find_one(const char *run, fiber_run_list *l,
-                    const fiber_run_info **r)
-{
-    memset(l, 0, sizeof *l);
-    int rc = fiber_runs_list(run, l);
-    if (rc == 0)
-        *r = &l->runs[0];
-    return rc;
-}
-
-/* The backends whose ops act on r: its own first, then the local one for
- * a run directory another backend's run left.  Returns how many (1 or
- * 2), or 0 with a message when r's backend is unknown. */
+/* The backends whose ops act on r: its own first, then the local one (the
+ * registry's first) for a run directory another backend's run left.
+ * Returns how many (1 or 2), or 0 with a message when r's backend is
+ * unknown. */
 static size_t run_backends(const fiber_run_info *r,
                            const struct fb_run_ops *ops[2])
 {
@@ -165,6 +155,25 @@ static size_t run_backends(const fiber_run_info *r,
         return 1;
     ops[1] = local;
     return 2;
+}
+
+/* Finds run (which must exist) into *l, its entry in *r and its backends
+ * in ops (*n of them). */
+static int find_one(const char *run, fiber_run_list *l,
+                    const fiber_run_info **r, const struct fb_run_ops *ops[2],
+                    size_t *n)
+{
+    memset(l, 0, sizeof *l);
+    int rc = fiber_runs_list(run, l);
+    if (rc)
+        return rc;
+    *r = &l->runs[0];
+    *n = run_backends(*r, ops);
+    if (*n == 0) {
+        fiber_run_list_free(l);
+        return FIBER_EINVAL;
+    }
+    return 0;
 }
 
 /* The error for a run op a backend does not have yet. */
@@ -186,15 +195,13 @@ FIBER_API int fiber_run_logs(const char *run, const char *job, fiber_buf *out)
         return fb_err(FIBER_EINVAL, "fiber_run_logs: run or out is NULL");
     fiber_run_list l;
     const fiber_run_info *r;
-    int rc = find_one(run, &l, &r);
+    const struct fb_run_ops *ops[2];
+    size_t n;
+    int rc = find_one(run, &l, &r, ops, &n);
     if (rc)
         return rc;
-    const struct fb_run_ops *ops[2];
-    size_t n = run_backends(r, ops);
     size_t before = out->len;
     int found = 0;
-    if (n == 0)
-        rc = FIBER_EINVAL;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (!ops[i]->logs) {
             rc = not_yet(ops[i], "read the logs of", run);
@@ -244,14 +251,12 @@ FIBER_API int fiber_run_kill(const char *run, fiber_buf *rep)
         return fb_err(FIBER_EINVAL, "fiber_run_kill: run is NULL");
     fiber_run_list l;
     const fiber_run_info *r;
-    int rc = find_one(run, &l, &r);
+    const struct fb_run_ops *ops[2];
+    size_t n;
+    int rc = find_one(run, &l, &r, ops, &n);
     if (rc)
         return rc;
-    const struct fb_run_ops *ops[2];
-    size_t n = run_backends(r, ops);
     int stopped = 0;
-    if (n == 0)
-        rc = FIBER_EINVAL;
     for (size_t i = 0; i < n; i++) {
         int k = ops[i]->kill ? ops[i]->kill(r, rep, &stopped)
                              : not_yet(ops[i], "stop", run);

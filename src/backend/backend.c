@@ -12,8 +12,10 @@
 #include "core/common.h"
 
 /* The registry: every backend's two tables, its job ops (backend.h) and
- * its run ops (runops.h).  Adding a backend is one folder and one line
- * here. */
+ * its run ops (runops.h), under the same name.  Adding a backend is one
+ * folder and one line here.  local comes first: it owns the run
+ * directories of this host, and its list op runs before the others
+ * (api/runs.c relies on both). */
 static const struct {
     const struct fb_backend_ops *jobs;
     const struct fb_run_ops *runs;
@@ -37,24 +39,30 @@ const char *fb_backend_names(void)
     return names;
 }
 
-const struct fb_backend_ops *fb_backend_find(const char *name)
+/* The registry's line for backend name, or -1 with code's message. */
+static int registry_line(const char *name, int code)
 {
     for (size_t i = 0; name && i < FB_ARRAY_LEN(registry); i++)
-        if (strcmp(registry[i].jobs->name, name) == 0)
-            return registry[i].jobs;
-    fb_err(FIBER_ECONFIG, "backend '%.40s' does not exist; backends: %s",
-           name ? name : "(null)", fb_backend_names());
-    return NULL;
+        if (strcmp(registry[i].runs->name, name) == 0)
+            return (int)i;
+    fb_err(code, "%s '%.40s'%s%s", code == FIBER_ECONFIG ? "backend"
+                                                         : "unknown backend",
+           name ? name : "(null)",
+           code == FIBER_ECONFIG ? " does not exist; backends: " : "; known: ",
+           fb_backend_names());
+    return -1;
+}
+
+const struct fb_backend_ops *fb_backend_find(const char *name)
+{
+    int i = registry_line(name, FIBER_ECONFIG);
+    return i < 0 ? NULL : registry[i].jobs;
 }
 
 const struct fb_run_ops *fb_run_ops_find(const char *name)
 {
-    for (size_t i = 0; name && i < FB_ARRAY_LEN(registry); i++)
-        if (strcmp(registry[i].runs->name, name) == 0)
-            return registry[i].runs;
-    fb_err(FIBER_EINVAL, "unknown backend '%.40s'; known: %s",
-           name ? name : "(null)", fb_backend_names());
-    return NULL;
+    int i = registry_line(name, FIBER_EINVAL);
+    return i < 0 ? NULL : registry[i].runs;
 }
 
 const struct fb_run_ops *fb_run_ops_at(size_t i)

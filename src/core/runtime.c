@@ -216,7 +216,7 @@ FIBER_API int fiber_init(int *argc, char ***argv)
         return fb_err(FIBER_ESTATE, "fiber_init() was already called");
     }
     int rc = init_common(argc, argv);
-    if (rc == 0 && getenv("FIBER_BOOT_ADDR")) {
+    if (rc == 0 && getenv(FB_ENV_ADDR)) {
         rt.initialized = 1;
         fb_rt_unlock();
         fb_child_main(); /* never returns */

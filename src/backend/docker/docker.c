@@ -58,6 +58,7 @@
 #include "backend/json_util.h"
 #include "backend/docker/http.h"
 #include "core/common.h"
+#include "core/runid.h"
 #include "core/log.h"
 #include "core/runtime.h"
 
@@ -70,7 +71,7 @@
 #define MIN_API_MAJOR 1
 #define MIN_API_MINOR 30 /* wait conditions */
 #define GPU_API_MINOR 40 /* DeviceRequests */
-#define SECRET_VAR "FIBER_BOOT_SECRET_FILE"
+#define SECRET_VAR FB_ENV_SECRET_FILE
 #define SOCKET_HINT                                                            \
     "is dockerd running? is FIBER_DOCKER_SOCKET (the docker_socket key) "      \
     "right?"
@@ -421,11 +422,11 @@ static json_t *container_config(const struct fb_config *cfg,
     snprintf(text, sizeof text, SECRET_VAR "=%s", secret_path);
     fb_json_push(env, json_string(text), &bad);
     fb_json_put(c, "Env", env, &bad);
-    fb_json_put(labels, "fiber.run", json_string(fiber_run_id()), &bad);
+    fb_json_put(labels, FB_LABEL_RUN, json_string(fiber_run_id()), &bad);
     snprintf(text, sizeof text, "%llu", (unsigned long long)spec->job_id);
-    fb_json_put(labels, "fiber.job", json_string(text), &bad);
-    fb_json_put(labels, "fiber.name", json_string(spec->name), &bad);
-    fb_json_put(labels, "fiber.role", json_string("job"), &bad);
+    fb_json_put(labels, FB_LABEL_JOB, json_string(text), &bad);
+    fb_json_put(labels, FB_LABEL_NAME, json_string(spec->name), &bad);
+    fb_json_put(labels, FB_LABEL_ROLE, json_string("job"), &bad);
     fb_json_put(c, "Labels", labels, &bad);
     snprintf(text, sizeof text, "%u:%u", (unsigned)geteuid(),
              (unsigned)getegid());

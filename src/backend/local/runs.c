@@ -34,11 +34,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/local/local.h"
 #include "backend/runops.h"
 #include "core/common.h"
 #include "core/runid.h"
-
-extern char **environ;
 
 #define ENV_READ_MAX (256 * 1024)
 
@@ -698,41 +697,6 @@ static int local_clean(const fiber_run_info *r, int named, fiber_buf *rep)
  * start, follow, wait
  * ====================================================================== */
 
-/* NAME=value entries: does entry set the variable that var sets? */
-static int same_var(const char *entry, const char *var)
-{
-    size_t n = strcspn(var, "=");
-    return strncmp(entry, var, n) == 0 && entry[n] == '=';
-}
-
-/* environ with each of set[] added or replacing the variable of the same
- * name (the last setting of a name wins).  The strings are not copied. */
-static char **merged_env(char **base, const char *const *set, size_t n_set)
-{
-    size_t n_base = 0;
-    while (base && base[n_base])
-        n_base++;
-    char **env = calloc(n_base + n_set + 1, sizeof *env);
-    if (!env)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n_base; i++) {
-        int replaced = 0;
-        for (size_t j = 0; j < n_set && !replaced; j++)
-            replaced = same_var(base[i], set[j]);
-        if (!replaced)
-            env[k++] = base[i];
-    }
-    for (size_t j = 0; j < n_set; j++) {
-        int later = 0;
-        for (size_t m = j + 1; m < n_set && !later; m++)
-            later = same_var(set[m], set[j]);
-        if (!later)
-            env[k++] = (char *)set[j];
-    }
-    return env;
-}
-
 static int write_pidfile(const char *dir, long pid)
 {
     char path[PATH_MAX], text[32];
@@ -792,7 +756,7 @@ static int open_master_log(const struct fiber_run *r, char *path, size_t size,
 static int spawn_master(const struct fb_run_start *s, int detach, int log_fd,
                         pid_t *pid)
 {
-    char **env = merged_env(environ, s->vars, s->n_vars);
+    char **env = fb_local_env(s->vars, s->n_vars);
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&fa);
