@@ -157,20 +157,26 @@ static size_t run_backends(const fiber_run_info *r,
     return 2;
 }
 
-/* Finds run (which must exist) into *l, its entry in *r and its backends
- * in ops (*n of them). */
-static int find_one(const char *run, fiber_run_list *l,
-                    const fiber_run_info **r, const struct fb_run_ops *ops[2],
-                    size_t *n)
+/* One run found by name: the list holding it, its entry, its backends. */
+struct one_run {
+    fiber_run_list l;
+    const fiber_run_info *r;
+    const struct fb_run_ops *ops[2];
+    size_t n_ops;
+};
+
+/* Finds run, which must exist, into *o (fiber_run_list_free(&o->l) when
+ * done). */
+static int find_one(const char *run, struct one_run *o)
 {
-    memset(l, 0, sizeof *l);
-    int rc = fiber_runs_list(run, l);
+    memset(o, 0, sizeof *o);
+    int rc = fiber_runs_list(run, &o->l);
     if (rc)
         return rc;
-    *r = &l->runs[0];
-    *n = run_backends(*r, ops);
-    if (*n == 0) {
-        fiber_run_list_free(l);
+    o->r = &o->l.runs[0];
+    o->n_ops = run_backends(o->r, o->ops);
+    if (o->n_ops == 0) {
+        fiber_run_list_free(&o->l);
         return FIBER_EINVAL;
     }
     return 0;
@@ -193,21 +199,19 @@ FIBER_API int fiber_run_logs(const char *run, const char *job, fiber_buf *out)
 {
     if (!run || !out)
         return fb_err(FIBER_EINVAL, "fiber_run_logs: run or out is NULL");
-    fiber_run_list l;
-    const fiber_run_info *r;
-    const struct fb_run_ops *ops[2];
-    size_t n;
-    int rc = find_one(run, &l, &r, ops, &n);
+    struct one_run o;
+    int rc = find_one(run, &o);
     if (rc)
         return rc;
+    const fiber_run_info *r = o.r;
     size_t before = out->len;
     int found = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (!ops[i]->logs) {
-            rc = not_yet(ops[i], "read the logs of", run);
+    for (size_t i = 0; rc == 0 && i < o.n_ops; i++) {
+        if (!o.ops[i]->logs) {
+            rc = not_yet(o.ops[i], "read the logs of", run);
             break;
         }
-        int k = ops[i]->logs(r, job, job == NULL, out);
+        int k = o.ops[i]->logs(r, job, job == NULL, out);
         if (k == 0)
             found++;
         else if (k != FIBER_ENOKEY)
@@ -225,7 +229,7 @@ FIBER_API int fiber_run_logs(const char *run, const char *job, fiber_buf *out)
                           run);
     if (rc)
         out->len = before;
-    fiber_run_list_free(&l);
+    fiber_run_list_free(&o.l);
     return rc;
 }
 
@@ -249,17 +253,15 @@ FIBER_API int fiber_run_kill(const char *run, fiber_buf *rep)
 {
     if (!run)
         return fb_err(FIBER_EINVAL, "fiber_run_kill: run is NULL");
-    fiber_run_list l;
-    const fiber_run_info *r;
-    const struct fb_run_ops *ops[2];
-    size_t n;
-    int rc = find_one(run, &l, &r, ops, &n);
+    struct one_run o;
+    int rc = find_one(run, &o);
     if (rc)
         return rc;
+    const fiber_run_info *r = o.r;
     int stopped = 0;
-    for (size_t i = 0; i < n; i++) {
-        int k = ops[i]->kill ? ops[i]->kill(r, rep, &stopped)
-                             : not_yet(ops[i], "stop", run);
+    for (size_t i = 0; i < o.n_ops; i++) {
+        int k = o.ops[i]->kill ? o.ops[i]->kill(r, rep, &stopped)
+                               : not_yet(o.ops[i], "stop", run);
         if (rc == 0)
             rc = k;
     }
@@ -276,7 +278,7 @@ FIBER_API int fiber_run_kill(const char *run, fiber_buf *rep)
         rc = fb_err(FIBER_ENOKEY, "nothing of run %s is running%s", run,
                     r->alive ? "" : "; fiber clean removes what it left");
     }
-    fiber_run_list_free(&l);
+    fiber_run_list_free(&o.l);
     return rc;
 }
 
