@@ -790,6 +790,18 @@ TEST(helper_long_master)
     }
 }
 
+/* The same, deaf to SIGTERM. */
+TEST(helper_stubborn_master)
+{
+    signal(SIGTERM, SIG_IGN);
+    fiber_pool *p;
+    fiber_pool_opts o = {.workers = 2};
+    CHECK_OK(fiber_pool_create(&p, &o));
+    int32_t x = 3, y;
+    for (;;)
+        CHECK_OK(fiber_pool_map(p, "slow_square", &x, 4, 1, &y, 4, 1));
+}
+
 TEST(master_sbatch_arguments_carry_the_options)
 {
     CHECK_OK(fiber_config_set("slurm_partition", "other"));
@@ -1017,6 +1029,224 @@ TEST(run_on_slurm_kill_stops_every_job_of_the_run)
     fiber_run_list_free(&l);
     fb_run_ops_slurm.release(&t.r);
     remove_scratch(&t);
+}
+
+TEST(run_on_slurm_kill_escalates_to_sigkill_after_the_grace_period)
+{
+    need_cluster();
+    CHECK_OK(fiber_config_set("terminate_grace_ms", "1500"));
+    struct trun t;
+    scratch_slurm_dir(&t);
+    CHECK_OK(start_trun(&t, "helper_stubborn_master", NULL));
+    fiber_run_list l = {0};
+    const fiber_run_info *r =
+        list_until(&l, t.r.name, master_and_two_workers_run);
+    fiber_buf rep = {0};
+    int stopped = 0;
+    uint64_t t0 = fb_now_ms();
+    CHECK_OK(fb_run_ops_slurm.kill(r, &rep, &stopped));
+    uint64_t took = fb_now_ms() - t0;
+    fiber_buf_append(&rep, "", 1);
+    fprintf(stderr, "kill took %llu ms, stopped %d:\n%s",
+            (unsigned long long)took, stopped, (char *)rep.data);
+    char want[320];
+    snprintf(want, sizeof want,
+             "killed master (job %s) with SIGKILL after the grace period",
+             t.r.engine_id);
+    CHECK_CONTAINS((char *)rep.data, want);
+    CHECK(took >= 1500);
+    fiber_buf_free(&rep);
+    char *jobs = run_jobs(t.r.name);
+    CHECK_EQ(count_lines(jobs, NULL), 0);
+    free(jobs);
+    int code = 0;
+    CHECK_OK(fb_run_ops_slurm.wait(&t.r, 30000, &code));
+    CHECK_EQ(code, -SIGKILL);
+    fiber_run_list_free(&l);
+    r = list_until(&l, t.r.name, nothing_runs);
+    CHECK_OK(fb_run_ops_slurm.clean(r, 0, NULL));
+    struct stat st;
+    CHECK(stat(t.folder, &st) != 0);
+    fiber_run_list_free(&l);
+    fb_run_ops_slurm.release(&t.r);
+    remove_scratch(&t);
+}
+
+/* ---- the fiber command on slurm (needs the api/ dispatch to runops) ---- */
+
+/* Runs a shell command line with the fiber command as $FIBER; its
+ * standard output is returned (caller frees), its standard error goes to
+ * err (caller frees), its exit status to *status. */
+static char *fiber_cmd(const char *args, char **err, int *status)
+{
+    char errfile[] = "/tmp/fiber-slurm-tool-err-XXXXXX";
+    int fd = mkstemp(errfile);
+    CHECK(fd >= 0);
+    close(fd);
+    size_t size = strlen(FIBER_TOOL_PATH) + strlen(args) + 64;
+    char *cmd = malloc(size);
+    CHECK(cmd != NULL);
+    snprintf(cmd, size, "%s %s 2>%s", FIBER_TOOL_PATH, args, errfile);
+    fprintf(stderr, "$ fiber %s\n", args);
+    FILE *f = popen(cmd, "r");
+    free(cmd);
+    CHECK(f != NULL);
+    size_t cap = 1 << 16, len = 0, n;
+    char *out = calloc(1, cap);
+    CHECK(out != NULL);
+    while ((n = fread(out + len, 1, cap - 1 - len, f)) > 0)
+        len += n;
+    int st = pclose(f);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    char cat[300];
+    snprintf(cat, sizeof cat, "cat %s", errfile);
+    *err = sh_out(cat);
+    unlink(errfile);
+    fprintf(stderr, "%s%s[exit %d]\n", out, *err, *status);
+    return out;
+}
+
+/* The first run id ("fiber-" and 8 hex digits) in text. */
+static void find_run_id(const char *text, char *out, size_t size)
+{
+    out[0] = '\0';
+    for (const char *p = text; (p = strstr(p, "fiber-")); p++) {
+        size_t n = strspn(p + 6, "0123456789abcdef");
+        if (n == 8) {
+            snprintf(out, size, "%.14s", p);
+            return;
+        }
+    }
+}
+
+TEST(fiber_command_runs_a_master_on_slurm_and_finds_it_again)
+{
+    need_cluster();
+    struct trun t;
+    scratch_slurm_dir(&t);
+    CHECK_OK(setenv("FIBER_SLURM_DIR", t.base, 1)); /* for the command */
+    char self[PATH_MAX], flag[400], args[PATH_MAX + 1024];
+    CHECK(realpath("/proc/self/exe", self) != NULL);
+    snprintf(flag, sizeof flag, "%s/flag", t.base);
+    int fd = open(flag, O_WRONLY | O_CREAT, 0600);
+    CHECK(fd >= 0);
+    close(fd);
+    /* Attached: the output is followed here, the status is the master's. */
+    snprintf(args, sizeof args,
+             "run --backend slurm -e SLURMRUN_TEST_FLAG=%s -- %s "
+             "helper_run_master",
+             flag, self);
+    char *err = NULL;
+    int status = 0;
+    char *out = fiber_cmd(args, &err, &status);
+    CHECK_EQ(status, 7);
+    CHECK_CONTAINS(out, "sum of squares 285");
+    CHECK_CONTAINS(err, "master says this on stderr");
+    char run[32];
+    find_run_id(err, run, sizeof run);
+    CHECK(run[0]);
+    free(out);
+    free(err);
+    /* ps, logs and clean find it by its id. */
+    snprintf(args, sizeof args, "ps %s", run);
+    out = fiber_cmd(args, &err, &status);
+    CHECK_EQ(status, 0);
+    CHECK_CONTAINS(out, "slurm");
+    CHECK_CONTAINS(out, "master");
+    CHECK_CONTAINS(out, "Pool1-Worker-1");
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "logs %s", run);
+    out = fiber_cmd(args, &err, &status);
+    CHECK_EQ(status, 0);
+    CHECK_CONTAINS(out, "sum of squares 285");
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "clean %s", run);
+    out = fiber_cmd(args, &err, &status);
+    CHECK_EQ(status, 0);
+    CHECK_CONTAINS(out, "removed");
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "logs %s", run);
+    out = fiber_cmd(args, &err, &status);
+    CHECK(status != 0);
+    free(out);
+    free(err);
+
+    /* Detached, long: ps shows it running, kill stops all of it. */
+    snprintf(args, sizeof args,
+             "run --detach --backend slurm -- %s helper_long_master", self);
+    out = fiber_cmd(args, &err, &status);
+    CHECK_EQ(status, 0);
+    find_run_id(out, run, sizeof run);
+    CHECK(run[0]);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "ps %s", run);
+    uint64_t t0 = fb_now_ms();
+    for (;;) {
+        out = fiber_cmd(args, &err, &status);
+        int ready = status == 0 && strstr(out, "Pool1-Worker-2") &&
+                    strstr(out, "alive");
+        free(out);
+        free(err);
+        if (ready)
+            break;
+        CHECK(fb_now_ms() - t0 < 30000);
+        sleep_ms(500);
+    }
+    snprintf(args, sizeof args, "kill %s", run);
+    out = fiber_cmd(args, &err, &status);
+    CHECK_EQ(status, 0);
+    CHECK_CONTAINS(out, "master (job ");
+    free(out);
+    free(err);
+    char *jobs = run_jobs(run);
+    CHECK_EQ(count_lines(jobs, NULL), 0);
+    free(jobs);
+    snprintf(args, sizeof args, "clean %s", run);
+    uint64_t t1 = fb_now_ms();
+    for (;;) { /* dead once squeue no longer lists it as running */
+        out = fiber_cmd(args, &err, &status);
+        free(out);
+        free(err);
+        if (status == 0)
+            break;
+        CHECK(fb_now_ms() - t1 < 30000);
+        sleep_ms(500);
+    }
+    remove_scratch(&t);
+}
+
+/* Bad input through the command: an unknown run, and no controller. */
+TEST(fiber_command_on_slurm_names_bad_input)
+{
+    need_cluster();
+    char *err = NULL;
+    int status = 0;
+    char *out = fiber_cmd("logs fiber-00000000", &err, &status);
+    CHECK_EQ(status, 1);
+    CHECK_CONTAINS(err, "fiber-00000000");
+    free(out);
+    free(err);
+    out = fiber_cmd("run --backend slurm -- /nonexistent/program", &err,
+                    &status);
+    CHECK_EQ(status, 1);
+    CHECK_CONTAINS(err, "/nonexistent/program");
+    free(out);
+    free(err);
+    CHECK_OK(setenv("PATH", "/nonexistent:/bin", 1));
+    out = fiber_cmd("run --backend slurm -- /bin/true", &err, &status);
+    CHECK_EQ(status, 1);
+    CHECK_CONTAINS(err, "'sbatch' is not on PATH");
+    free(out);
+    free(err);
+    out = fiber_cmd("ps", &err, &status);
+    CHECK_EQ(status, 0);
+    CHECK_CONTAINS(err, "'squeue' is not on PATH");
+    free(out);
+    free(err);
 }
 
 TEST(run_on_slurm_bad_input_is_named)

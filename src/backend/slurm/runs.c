@@ -98,6 +98,38 @@ static int need_tool(const char *name, char *path)
                   name);
 }
 
+/* Copies err without the "<tool>: " and "error: " each line starts with
+ * ("sbatch: error: invalid partition specified: x"): the message names
+ * the tool once. */
+static void tool_words(const fiber_buf *err, const char *tool, char *out,
+                       size_t size)
+{
+    fiber_buf clean = {0};
+    const char *d = (const char *)err->data;
+    size_t tl = strlen(tool);
+    for (size_t i = 0; d && i < err->len;) {
+        size_t n = 0;
+        while (i + n < err->len && d[i + n] != '\n')
+            n++;
+        const char *line = d + i;
+        size_t len = n;
+        if (len > tl + 2 && strncmp(line, tool, tl) == 0 &&
+            line[tl] == ':' && line[tl + 1] == ' ') {
+            line += tl + 2;
+            len -= tl + 2;
+        }
+        if (len > 7 && strncmp(line, "error: ", 7) == 0) {
+            line += 7;
+            len -= 7;
+        }
+        fiber_buf_append(&clean, line, len);
+        fiber_buf_append(&clean, "\n", 1);
+        i += n + 1;
+    }
+    fb_slurm_join_lines(&clean, out, size);
+    fiber_buf_free(&clean);
+}
+
 /* Runs a tool; on failure returns FIBER_EUNREACHABLE (the controller did
  * not answer, or the tool timed out) or FIBER_EBACKEND (it refused),
  * with what it said.  On success out holds its output, NUL-terminated. */
@@ -106,11 +138,11 @@ static int run_tool(char *const argv[], fiber_buf *out, const char *what)
     fiber_buf err = {0};
     int rc = fb_slurm_run(argv, out, &err, TOOL_TIMEOUT_MS);
     int e = errno;
-    char said[400];
-    fb_slurm_join_lines(&err, said, sizeof said);
-    fiber_buf_free(&err);
     const char *tool = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1
                                              : argv[0];
+    char said[400];
+    tool_words(&err, tool, said, sizeof said);
+    fiber_buf_free(&err);
     if (rc < 0)
         return fb_err(FIBER_EUNREACHABLE, "slurm: %s (%s): %s", what, tool,
                       e == ETIMEDOUT ? "timed out" : strerror(e));
@@ -830,14 +862,19 @@ static int list_folder(struct list_ctx *c, const char *base, const char *run,
     if (!r)
         return FIBER_ENOMEM;
     int rc = list_outputs(c, r, dir);
-    /* No job in the queue: a master elsewhere (a login node: its local
-     * run directory would tell) may hold the secret, or a run is being
-     * submitted right now.  Cannot tell, so fiber clean leaves it. */
+    /* Nothing of the run in the queue.  A master that fiber run submitted
+     * (it wrote master.out) has ended then.  A master elsewhere (a login
+     * node: its local run directory would tell) may be alive and hold the
+     * secret, or a run is being submitted right now: cannot tell, so that
+     * fiber clean leaves it. */
+    struct stat other;
+    snprintf(path, sizeof path, "%s/%s", dir, MASTER_OUT);
+    int submitted = lstat(path, &other) == 0;
     snprintf(path, sizeof path, "%s/secret", dir);
-    struct stat sec;
     if (r->alive == 0 && !r->dir[0] &&
-        (!queue_read || lstat(path, &sec) == 0 ||
-         time(NULL) - st.st_mtime < YOUNG_FOLDER_S))
+        (!queue_read ||
+         (!submitted && (lstat(path, &other) == 0 ||
+                         time(NULL) - st.st_mtime < YOUNG_FOLDER_S))))
         r->alive = -1;
     return rc;
 }
@@ -1147,6 +1184,12 @@ static int scancel(const char *tool, const char *const *opts,
     int rc = run_tool(argv, &out, "stopping jobs");
     fiber_buf_free(&out);
     free(argv);
+    /* scancel fails for a job that ended meanwhile, even with --quiet;
+     * the next squeue says what is left. */
+    if (rc == FIBER_EBACKEND) {
+        fb_err_clear();
+        rc = 0;
+    }
     return rc;
 }
 
