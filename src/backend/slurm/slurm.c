@@ -12,10 +12,16 @@
  *                 FIBER_BOOT_SECRET_FILE, so it is never in a command line
  *                 or an environment that `scontrol show job` or ps shows;
  *   batch-N.sh    the batch scripts, one per submission;
- *   <id>.out      each job's standard output and error (Slurm writes them).
+ *   <id>.out      each job's standard output and error (Slurm writes them);
+ *   jobs          "<id> <name>" per job submitted (FB_SLURM_NAMES_FILE),
+ *                 for fiber ps and fiber logs;
+ *   master.out, master.err
+ *                 a master that `fiber run` submitted (runs.c).
  *
  * When the run ends the secret and the scripts are removed, and so is
- * every empty output file; a job's non-empty output stays for its user.
+ * every empty job output file, and the names file and the folder if
+ * nothing else is left; a job's non-empty output, and a master's output,
+ * stay for their user (fiber clean removes them).
  *
  * Submissions.  Between begin_batch and end_batch (a pool starting its
  * workers) create_job only records each job; end_batch submits them as
@@ -23,7 +29,8 @@
  * environment by SLURM_ARRAY_TASK_ID.  Outside a batch each job is a
  * single sbatch submission.  All jobs of a run share the run id
  * ("fiber-1a2b3c4d") as their Slurm job name, which is how they are found
- * again.
+ * again, and the comment "fiber:job", which tells fiber ps they are
+ * fiber's.
  *
  * State.  A thread of the backend's own asks squeue for the run's jobs
  * every QUERY_INTERVAL_MS while any runs, and `scontrol show job` for the
