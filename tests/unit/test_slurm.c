@@ -871,6 +871,7 @@ TEST(run_on_slurm_maps_lists_follows_logs_waits_and_cleans)
     scratch_slurm_dir(&t);
     CHECK_OK(fiber_config_set("slurm_partition", "other"));
     fiber_run_opts o = {.cpu = 2, .memory_mb = 100};
+    uint64_t submitted = fb_now_ms();
     CHECK_OK(start_trun(&t, "helper_run_master", &o));
     fprintf(stderr, "run %s: master job %s\n", t.r.name, t.r.engine_id);
     CHECK(t.r.engine_id[0] >= '1' && t.r.engine_id[0] <= '9');
@@ -892,6 +893,8 @@ TEST(run_on_slurm_maps_lists_follows_logs_waits_and_cleans)
     fiber_run_list l = {0};
     const fiber_run_info *r =
         list_until(&l, t.r.name, master_and_two_workers_run);
+    fprintf(stderr, "master and 2 workers running %llu ms after start\n",
+            (unsigned long long)(fb_now_ms() - submitted));
     print_list(&l);
     CHECK_STR(r->backend, "slurm");
     CHECK_EQ(r->alive, 1);
