@@ -628,6 +628,7 @@ static void new_run_id(char *out, size_t size)
 /* A scratch slurm_dir for this case, set in our config. */
 static void scratch_slurm_dir(struct trun *t)
 {
+    memset(t, 0, sizeof *t);
     snprintf(t->base, sizeof t->base, "/tmp/fiber-slurm-runs-XXXXXX");
     CHECK(mkdtemp(t->base) != NULL);
     CHECK_OK(fiber_config_set("slurm_dir", t->base));
@@ -659,11 +660,27 @@ static int start_trun(struct trun *t, const char *role,
     return fb_run_ops_slurm.start(&s, &t->r);
 }
 
+/* The run directory the run's jobs made on this host (the test cluster's
+ * nodes are this host; their fiber logs go there). */
+static void forget_local_dir(const char *run)
+{
+    CHECK(strncmp(run, "fiber-", 6) == 0 && !strchr(run, '/') &&
+          !strchr(run, '\''));
+    const char *tmp = getenv("TMPDIR");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/fiber-%u/%s'",
+             tmp && *tmp && strlen(tmp) <= 60 ? tmp : "/tmp",
+             (unsigned)geteuid(), run);
+    CHECK_EQ(system(cmd), 0);
+}
+
 static void remove_scratch(struct trun *t)
 {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->base);
     CHECK_EQ(system(cmd), 0);
+    if (t->r.name[0])
+        forget_local_dir(t->r.name);
 }
 
 static const fiber_job_info *find_job(const fiber_run_info *r,
@@ -1101,9 +1118,12 @@ static char *fiber_cmd(const char *args, char **err, int *status)
         len += n;
     int st = pclose(f);
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    char cat[300];
-    snprintf(cat, sizeof cat, "cat %s", errfile);
-    *err = sh_out(cat);
+    FILE *e = fopen(errfile, "r");
+    CHECK(e != NULL);
+    *err = calloc(1, cap);
+    CHECK(*err != NULL);
+    len = fread(*err, 1, cap - 1, e);
+    fclose(e);
     unlink(errfile);
     fprintf(stderr, "%s%s[exit %d]\n", out, *err, *status);
     return out;
@@ -1176,6 +1196,7 @@ TEST(fiber_command_runs_a_master_on_slurm_and_finds_it_again)
     CHECK(status != 0);
     free(out);
     free(err);
+    forget_local_dir(run);
 
     /* Detached, long: ps shows it running, kill stops all of it. */
     snprintf(args, sizeof args,
@@ -1219,6 +1240,7 @@ TEST(fiber_command_runs_a_master_on_slurm_and_finds_it_again)
         CHECK(fb_now_ms() - t1 < 30000);
         sleep_ms(500);
     }
+    forget_local_dir(run);
     remove_scratch(&t);
 }
 
@@ -1226,6 +1248,9 @@ TEST(fiber_command_runs_a_master_on_slurm_and_finds_it_again)
 TEST(fiber_command_on_slurm_names_bad_input)
 {
     need_cluster();
+    struct trun t;
+    scratch_slurm_dir(&t);
+    CHECK_OK(setenv("FIBER_SLURM_DIR", t.base, 1)); /* for the command */
     char *err = NULL;
     int status = 0;
     char *out = fiber_cmd("logs fiber-00000000", &err, &status);
@@ -1239,7 +1264,8 @@ TEST(fiber_command_on_slurm_names_bad_input)
     CHECK_CONTAINS(err, "/nonexistent/program");
     free(out);
     free(err);
-    CHECK_OK(setenv("PATH", "/nonexistent:/bin", 1));
+    char *good_path = strdup(getenv("PATH"));
+    CHECK_OK(setenv("PATH", "/nonexistent", 1));
     out = fiber_cmd("run --backend slurm -- /bin/true", &err, &status);
     CHECK_EQ(status, 1);
     CHECK_CONTAINS(err, "'sbatch' is not on PATH");
@@ -1250,6 +1276,9 @@ TEST(fiber_command_on_slurm_names_bad_input)
     CHECK_CONTAINS(err, "'squeue' is not on PATH");
     free(out);
     free(err);
+    CHECK_OK(setenv("PATH", good_path, 1));
+    free(good_path);
+    remove_scratch(&t);
 }
 
 TEST(run_on_slurm_bad_input_is_named)
