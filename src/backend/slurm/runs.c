@@ -174,21 +174,6 @@ static int run_folder(const char *run, char *out, size_t size)
     return rc;
 }
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return fb_err_errno(FIBER_ESYS, "writing the run's output");
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* ---- the master's sbatch command line ----------------------------------- */
 
 int fb_slurm_args_add(struct fb_slurm_args *a, const char *fmt, ...)
@@ -480,7 +465,8 @@ static int copy_new(const char *path, off_t *off, int fd)
     ssize_t n;
     int rc = 0;
     while (rc == 0 && (n = pread(in, chunk, sizeof chunk, *off)) > 0) {
-        rc = write_all(fd, chunk, (size_t)n);
+        if (fb_write_all(fd, chunk, (size_t)n) != 0)
+            rc = fb_err_errno(FIBER_ESYS, "writing the run's output");
         *off += n;
     }
     close(in);
@@ -943,33 +929,6 @@ static int slurm_list(fiber_run_list *l, const char *only)
 
 /* ---- logs ---------------------------------------------------------------- */
 
-static int append_str(fiber_buf *b, const char *s)
-{
-    return fiber_buf_append(b, s, strlen(s)) ? fb_err(FIBER_ENOMEM,
-                                                      "out of memory")
-                                             : 0;
-}
-
-static int append_file(fiber_buf *out, const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fb_err_errno(FIBER_ESYS, "cannot read %s", path);
-    char chunk[65536];
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = read(fd, chunk, sizeof chunk)) != 0) {
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            rc = fb_err_errno(FIBER_ESYS, "cannot read %s", path);
-        else if (fiber_buf_append(out, chunk, (size_t)n))
-            rc = fb_err(FIBER_ENOMEM, "out of memory");
-    }
-    close(fd);
-    return rc;
-}
-
 /* Master's files first (output, then errors), then jobs by id. */
 static int output_cmp(const void *a, const void *b)
 {
@@ -1043,12 +1002,13 @@ static int slurm_logs(const fiber_run_info *r, const char *job, int headings,
         snprintf(heading, sizeof heading, "==> %s%s <==\n", name,
                  strcmp(files[i], MASTER_ERR) == 0 ? " (stderr)" : "");
         if (headings && out->len > before &&
-            out->data[out->len - 1] != '\n')
-            rc = append_str(out, "\n");
-        if (rc == 0 && headings)
-            rc = append_str(out, heading);
+            out->data[out->len - 1] != '\n' && fiber_buf_append(out, "\n", 1))
+            rc = fb_err(FIBER_ENOMEM, "out of memory");
+        if (rc == 0 && headings &&
+            fiber_buf_append(out, heading, strlen(heading)))
+            rc = fb_err(FIBER_ENOMEM, "out of memory");
         if (rc == 0)
-            rc = append_file(out, path);
+            rc = fb_buf_append_file(out, path);
     }
     for (size_t i = 0; i < n; i++)
         free(files[i]);
@@ -1068,22 +1028,6 @@ static int slurm_logs(const fiber_run_info *r, const char *job, int headings,
 }
 
 /* ---- kill ---------------------------------------------------------------- */
-
-static void report(fiber_buf *b, const char *fmt, ...) FIBER_PRINTF(2, 3);
-static void report(fiber_buf *b, const char *fmt, ...)
-{
-    if (!b)
-        return;
-    char line[600];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    fiber_buf_append(b, line, strlen(line));
-    fiber_buf_append(b, "\n", 1);
-}
 
 /* A job of the run being stopped. */
 struct victim {
@@ -1231,7 +1175,7 @@ static int stop_phase(const char *squeue, const char *tool,
     int rc = scancel(tool, none, vs, pick_pending, master);
     for (size_t i = 0; rc == 0 && i < vs->n; i++)
         if (pick_pending(&vs->v[i], master)) {
-            report(rep, "cancelled %s, which was %s", vs->v[i].what,
+            fb_report(rep, "cancelled %s, which was %s", vs->v[i].what,
                    vs->v[i].state);
             vs->v[i].done = 1;
             (*stopped)++;
@@ -1263,7 +1207,7 @@ static int stop_phase(const char *squeue, const char *tool,
             rc = scancel(tool, kill9, vs, pick_running, master);
             for (size_t i = 0; rc == 0 && i < n_before; i++)
                 if (was_running[i] && !vs->v[i].done && vs->v[i].running) {
-                    report(rep, "killed %s with SIGKILL after the grace "
+                    fb_report(rep, "killed %s with SIGKILL after the grace "
                                 "period",
                            vs->v[i].what);
                     was_running[i] = 0;
@@ -1276,7 +1220,7 @@ static int stop_phase(const char *squeue, const char *tool,
     }
     for (size_t i = 0; rc == 0 && i < n_before; i++)
         if (was_running[i]) {
-            report(rep, "stopped %s (SIGTERM)", vs->v[i].what);
+            fb_report(rep, "stopped %s (SIGTERM)", vs->v[i].what);
             (*stopped)++;
         }
     free(was_running);
@@ -1296,7 +1240,7 @@ static int settle(const char *squeue, const char *tool, struct victims *vs,
         if (left <= 0)
             return left;
         for (size_t i = known; i < vs->n; i++) {
-            report(rep, "cancelled %s, submitted while the run stopped",
+            fb_report(rep, "cancelled %s, submitted while the run stopped",
                    vs->v[i].what);
             (*stopped)++;
         }
@@ -1304,7 +1248,7 @@ static int settle(const char *squeue, const char *tool, struct victims *vs,
         if (fb_ms_left(deadline) == 0) {
             for (size_t i = 0; i < vs->n; i++)
                 if (!vs->v[i].done)
-                    report(rep, "%s is still in the queue after %d s",
+                    fb_report(rep, "%s is still in the queue after %d s",
                            vs->v[i].what, SETTLE_MS / 1000);
             return fb_err(FIBER_EBACKEND,
                           "slurm: jobs of run %s are still in the queue "
@@ -1391,14 +1335,14 @@ static int remove_folder(const char *dir, fiber_buf *rep)
     }
     closedir(d);
     if (rc == 0 && strange[0]) {
-        report(rep, "left %s: it holds %s, which fiber did not write", dir,
+        fb_report(rep, "left %s: it holds %s, which fiber did not write", dir,
                strange);
         return 0;
     }
     if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT)
         rc = fb_err_errno(FIBER_ESYS, "cannot remove %s", dir);
     if (rc == 0)
-        report(rep, "removed %s (%d file%s)", dir, removed,
+        fb_report(rep, "removed %s (%d file%s)", dir, removed,
                removed == 1 ? "" : "s");
     return rc;
 }
