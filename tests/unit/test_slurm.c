@@ -1129,6 +1129,26 @@ static char *fiber_cmd(const char *args, char **err, int *status)
     return out;
 }
 
+/* Runs the command and checks its status (-1: any but 0) and that its
+ * standard output and error hold out_has and err_has (each may be NULL). */
+static void expect(const char *args, int want, const char *out_has,
+                   const char *err_has)
+{
+    char *err = NULL;
+    int status = 0;
+    char *out = fiber_cmd(args, &err, &status);
+    if (want < 0)
+        CHECK(status != 0);
+    else
+        CHECK_EQ(status, want);
+    if (out_has)
+        CHECK_CONTAINS(out, out_has);
+    if (err_has)
+        CHECK_CONTAINS(err, err_has);
+    free(out);
+    free(err);
+}
+
 /* The first run id ("fiber-" and 8 hex digits) in text. */
 static void find_run_id(const char *text, char *out, size_t size)
 {
@@ -1172,30 +1192,14 @@ TEST(fiber_command_runs_a_master_on_slurm_and_finds_it_again)
     free(err);
     /* ps, logs and clean find it by its id. */
     snprintf(args, sizeof args, "ps %s", run);
-    out = fiber_cmd(args, &err, &status);
-    CHECK_EQ(status, 0);
-    CHECK_CONTAINS(out, "slurm");
-    CHECK_CONTAINS(out, "master");
-    CHECK_CONTAINS(out, "Pool1-Worker-1");
-    free(out);
-    free(err);
+    expect(args, 0, "slurm", NULL);
+    expect(args, 0, "Pool1-Worker-1", NULL);
     snprintf(args, sizeof args, "logs %s", run);
-    out = fiber_cmd(args, &err, &status);
-    CHECK_EQ(status, 0);
-    CHECK_CONTAINS(out, "sum of squares 285");
-    free(out);
-    free(err);
+    expect(args, 0, "sum of squares 285", NULL);
     snprintf(args, sizeof args, "clean %s", run);
-    out = fiber_cmd(args, &err, &status);
-    CHECK_EQ(status, 0);
-    CHECK_CONTAINS(out, "removed");
-    free(out);
-    free(err);
+    expect(args, 0, "removed", NULL);
     snprintf(args, sizeof args, "logs %s", run);
-    out = fiber_cmd(args, &err, &status);
-    CHECK(status != 0);
-    free(out);
-    free(err);
+    expect(args, -1, NULL, run);
     forget_local_dir(run);
 
     /* Detached, long: ps shows it running, kill stops all of it. */
@@ -1221,11 +1225,7 @@ TEST(fiber_command_runs_a_master_on_slurm_and_finds_it_again)
         sleep_ms(500);
     }
     snprintf(args, sizeof args, "kill %s", run);
-    out = fiber_cmd(args, &err, &status);
-    CHECK_EQ(status, 0);
-    CHECK_CONTAINS(out, "master (job ");
-    free(out);
-    free(err);
+    expect(args, 0, "master (job ", NULL);
     char *jobs = run_jobs(run);
     CHECK_EQ(count_lines(jobs, NULL), 0);
     free(jobs);
@@ -1251,31 +1251,14 @@ TEST(fiber_command_on_slurm_names_bad_input)
     struct trun t;
     scratch_slurm_dir(&t);
     CHECK_OK(setenv("FIBER_SLURM_DIR", t.base, 1)); /* for the command */
-    char *err = NULL;
-    int status = 0;
-    char *out = fiber_cmd("logs fiber-00000000", &err, &status);
-    CHECK_EQ(status, 1);
-    CHECK_CONTAINS(err, "fiber-00000000");
-    free(out);
-    free(err);
-    out = fiber_cmd("run --backend slurm -- /nonexistent/program", &err,
-                    &status);
-    CHECK_EQ(status, 1);
-    CHECK_CONTAINS(err, "/nonexistent/program");
-    free(out);
-    free(err);
+    expect("logs fiber-00000000", 1, NULL, "fiber-00000000");
+    expect("run --backend slurm -- /nonexistent/program", 1, NULL,
+           "/nonexistent/program");
     char *good_path = strdup(getenv("PATH"));
     CHECK_OK(setenv("PATH", "/nonexistent", 1));
-    out = fiber_cmd("run --backend slurm -- /bin/true", &err, &status);
-    CHECK_EQ(status, 1);
-    CHECK_CONTAINS(err, "'sbatch' is not on PATH");
-    free(out);
-    free(err);
-    out = fiber_cmd("ps", &err, &status);
-    CHECK_EQ(status, 0);
-    CHECK_CONTAINS(err, "'squeue' is not on PATH");
-    free(out);
-    free(err);
+    expect("run --backend slurm -- /bin/true", 1, NULL,
+           "'sbatch' is not on PATH");
+    expect("ps", 0, NULL, "'squeue' is not on PATH");
     CHECK_OK(setenv("PATH", good_path, 1));
     free(good_path);
     remove_scratch(&t);
@@ -1291,7 +1274,7 @@ TEST(run_on_slurm_bad_input_is_named)
     CHECK_OK(fb_run_ops_slurm.list(&l, "fiber-00000000"));
     CHECK_EQ(l.n, 0);
     CHECK_STR(l.warning, "");
-    fiber_run_info unknown = {.run = "fiber-00000000"};
+    fiber_run_info unknown = {.run = "fiber-00000000", .backend = "slurm"};
     fiber_buf b = {0};
     CHECK_ERR(fb_run_ops_slurm.logs(&unknown, NULL, 1, &b), FIBER_ENOKEY);
     CHECK_CONTAINS(fiber_last_error(), "fiber-00000000");
@@ -1346,6 +1329,10 @@ TEST(run_on_slurm_bad_input_is_named)
     fiber_run_list_free(&l);
     CHECK_ERR(fb_run_ops_slurm.kill(&unknown, NULL, &stopped),
               FIBER_EUNREACHABLE);
+    /* A run another backend found is not Slurm's to fail. */
+    fiber_run_info local = {.run = "fiber-00000000", .backend = "local"};
+    CHECK_OK(fb_run_ops_slurm.kill(&local, NULL, &stopped));
+    CHECK_EQ(stopped, 0);
     CHECK_OK(setenv("SLURM_CONF", good_conf, 1));
     free(good_conf);
     unlink(conf);
@@ -1360,6 +1347,7 @@ TEST(run_on_slurm_bad_input_is_named)
     fiber_run_list_free(&l);
     CHECK_ERR(fb_run_ops_slurm.kill(&unknown, NULL, &stopped),
               FIBER_EUNREACHABLE);
+    CHECK_OK(fb_run_ops_slurm.kill(&local, NULL, &stopped));
     CHECK_OK(setenv("PATH", good_path, 1));
     free(good_path);
     fiber_buf_free(&b);

@@ -1265,6 +1265,16 @@ static int settle(const char *squeue, const char *tool, struct victims *vs,
     }
 }
 
+/* A run that another backend found (a local run whose jobs may or may
+ * not be Slurm's): Slurm that cannot be asked is no error for it. */
+static int not_ours(const fiber_run_info *r, int rc)
+{
+    if (rc == 0 || rc == FIBER_ENOMEM || strcmp(r->backend, "slurm") == 0)
+        return rc;
+    fb_err_clear();
+    return 0;
+}
+
 static int slurm_kill(const fiber_run_info *r, fiber_buf *rep, int *stopped)
 {
     *stopped = 0;
@@ -1272,13 +1282,15 @@ static int slurm_kill(const fiber_run_info *r, fiber_buf *rep, int *stopped)
     int rc = fb_run_id_valid(r->run) ? 0
                                      : fb_err(FIBER_EINVAL, "bad run id");
     if (rc == 0)
-        rc = need_tool("squeue", squeue);
-    if (rc == 0)
-        rc = need_tool("scancel", tool);
-    if (rc)
+        rc = not_ours(r, need_tool("squeue", squeue));
+    if (rc == 0 && squeue[0])
+        rc = not_ours(r, need_tool("scancel", tool));
+    if (rc || !squeue[0] || !tool[0])
         return rc;
     struct victims vs = {.run = r->run};
     int left = refresh(squeue, &vs);
+    if (left < 0 && not_ours(r, left) == 0)
+        left = 0;
     rc = left < 0 ? left : 0;
     /* The master first, so that it stops its own jobs; then the rest. */
     if (rc == 0 && left > 0)
