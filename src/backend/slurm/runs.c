@@ -394,7 +394,8 @@ static int slurm_start(const struct fb_run_start *s, struct fiber_run *r)
                           dir);
     if (rc == 0)
         rc = fb_private_dir(dir);
-    snprintf(script, sizeof script, "%s/%s", dir, MASTER_SCRIPT);
+    if (rc == 0)
+        snprintf(script, sizeof script, "%s/%s", dir, MASTER_SCRIPT);
     int wrote = rc == 0 && (rc = write_script(s, program, script)) == 0;
     struct fb_slurm_args a = {0};
     if (rc == 0)
