@@ -281,8 +281,9 @@ TEST(help_and_usage_errors)
     TOOL(&r, NULL, "run", "--cpu", "lots", "--", "/bin/true");
     CHECK_EQ(r.code, 2);
     CHECK_CONTAINS(r.err, "--cpu wants a positive whole number");
-    TOOL(&r, NULL, "run", "--backend", "slurm", "--", "/bin/true");
+    TOOL(&r, NULL, "run", "--backend", "mesos", "--", "/bin/true");
     CHECK_EQ(r.code, 2);
+    CHECK_CONTAINS(r.err, "backend 'mesos'");
 }
 
 TEST(doctor_names_an_unreachable_socket)

@@ -889,12 +889,16 @@ static int list_folders(struct list_ctx *c, int queue_read)
     return rc;
 }
 
-/* Whether this host is meant to use Slurm: then missing tools are worth a
- * word in fiber ps; elsewhere they are normal. */
+/* Whether this host is meant to use Slurm (SLURM_CONF set, the system's
+ * slurm.conf there, or backend = slurm): then missing tools or a
+ * controller that does not answer are worth a word in fiber ps, and the
+ * run folders are listed even when the queue could not be read;
+ * elsewhere (Slurm's tools installed, no cluster configured) the slurm
+ * backend stays silent. */
 static int slurm_expected(void)
 {
     char backend[32];
-    return getenv("SLURM_CONF") ||
+    return getenv("SLURM_CONF") || access("/etc/slurm/slurm.conf", F_OK) == 0 ||
            (fiber_config_get("backend", backend, sizeof backend) == 0 &&
             strcmp(backend, "slurm") == 0);
 }
@@ -916,12 +920,14 @@ static int slurm_list(fiber_run_list *l, const char *only)
             queue_read = 1;
             rc = each_job(&out, list_job, &c);
         } else if (rc != FIBER_ENOMEM) {
-            fb_runs_warn(l, "slurm jobs not listed: %s", fiber_last_error());
+            if (slurm_expected())
+                fb_runs_warn(l, "slurm jobs not listed: %s",
+                             fiber_last_error());
             rc = 0;
         }
         fiber_buf_free(&out);
     }
-    if (rc == 0)
+    if (rc == 0 && (queue_read || only || slurm_expected()))
         rc = list_folders(&c, queue_read);
     names_free(&c.names);
     fb_err_clear();
