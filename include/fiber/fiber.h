@@ -856,7 +856,9 @@ FIBER_API void fiber_queue_detach(fiber_queue *q);
  * master's object server: a send with a negative timeout is pipelined as
  * a queue put is, and a receiver prefetches as a queue consumer does.
  * A pipe lives until the master's server stops (fiber_pipe_free frees an
- * end's handle only, on either end). */
+ * end's handle only, on either end, also the master's right after it
+ * handed the end to a child).  The ends are not yet connected directly
+ * (docs/pipe.md, "Not done yet"). */
 FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex);
 
 /* Sends a message to the other end (timeouts as for queues).  On a
@@ -870,7 +872,10 @@ FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
 FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms);
 
 /* Closes this end's sending direction: the other end's recv drains what
- * was sent, then gets FIBER_ECLOSED. */
+ * was sent, then gets FIBER_ECLOSED.  It first waits until this end's
+ * pipelined sends are in the pipe (so they are received before the end
+ * of the stream, even when the direction is full and must drain first);
+ * their failure, if one failed, is what it returns. */
 FIBER_API int fiber_pipe_close(fiber_pipe *p);
 
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);

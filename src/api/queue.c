@@ -546,6 +546,13 @@ FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex)
         rc = fiber_queue_create(&ba, PIPE_CAPACITY);
     if (rc == 0 && duplex)
         rc = queue_dup(ba, &ba2);
+    /* No end is a creator's handle: freeing an end (say in the master,
+     * after handing it to a child) must not destroy a direction the other
+     * end still uses.  The queues live until the server stops. */
+    if (ab)
+        ab->creator = 0;
+    if (ba)
+        ba->creator = 0;
     if (rc == 0)
         rc = pipe_end(&pa, ab, duplex ? ba2 : NULL);
     if (rc == 0)
@@ -590,7 +597,14 @@ FIBER_API int fiber_pipe_close(fiber_pipe *p)
     int rc = check_pipe(p);
     if (rc)
         return rc;
-    return p->send ? fiber_queue_close(p->send) : 0;
+    if (!p->send)
+        return 0;
+    /* What this end sent before the close is received before the EOF: a
+     * pipelined send still waiting for room in a full direction would
+     * otherwise be failed by the close (a queue's close fails waiting
+     * puts).  So first wait until every pipelined send is in. */
+    rc = fiber_queue_flush(p->send, -1);
+    return rc ? rc : fiber_queue_close(p->send);
 }
 
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
