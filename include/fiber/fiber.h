@@ -1147,9 +1147,35 @@ FIBER_API int fiber_mobj_serialize(fiber_mobj *o, fiber_buf *out);
 FIBER_API int fiber_mobj_open(fiber_mobj **out, const void *data,
                               size_t len);
 
-/* Frees the handle (not the object, which lives as long as its manager).
- * NULL is a no-op. */
+/* Frees the handle (not the object, which lives until it is released,
+ * fiber_mobj_release, or its manager stops).  NULL is a no-op. */
 FIBER_API void fiber_mobj_free(fiber_mobj *o);
+
+/* Releases the object for every process, then frees the handle o (in
+ * every case but FIBER_EINVAL).  The manager frees the object's state at
+ * once (a dict's keys and values, a list's items, a custom object's
+ * state; its name becomes free for a new object); the calls waiting on
+ * it at that moment, in any process (an acquire of a held lock, an event
+ * or condition wait, a barrier wait, a semaphore acquire), fail with
+ * FIBER_ECLOSED ("lock 'name' was freed"), and every later call on any
+ * other handle of it fails with FIBER_ECLOSED, naming it ("lock 7 on
+ * <address> was freed (fiber_mobj_release); this handle is stale").  A
+ * lock held at that moment is simply gone: its holder's release fails
+ * the same way.
+ *
+ * Who may release: any handle of the object, in any process: a manager
+ * object has no creator (fiber_manager_dict and the others open an
+ * existing object of that name as readily as they create one), so the
+ * program decides which process ends an object, as it would call
+ * unlink() on a shared file.  Release an object only when no process
+ * needs it any more; the other handles must still be freed
+ * (fiber_mobj_free).  Queues of a manager (fiber_manager_queue) are not
+ * released this way: they go with the manager.
+ *
+ * Returns 0, FIBER_EINVAL (o is not a valid handle; nothing is freed),
+ * or FIBER_ECLOSED (the object was released already, or the manager has
+ * ended). */
+FIBER_API int fiber_mobj_release(fiber_mobj *o);
 
 /* ---- dict ---- */
 
