@@ -104,6 +104,21 @@ static void sample(struct trend *t, int i, long pid, const char *who,
  * state is several hundred bytes, see the positive controls). */
 #define FLAT_KIB 256
 
+/* Under AddressSanitizer freed memory waits in a quarantine instead of
+ * being reused, so RSS grows whatever the code does: the loops still run
+ * (and LeakSanitizer checks that nothing is lost), but only descriptors
+ * are bounded. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef RSS_MEANINGFUL
+#define RSS_MEANINGFUL 1
+#endif
+
 static void check_flat(const struct trend *t, const char *who)
 {
     long top = t->rss[1], top_fds = t->fds[1];
@@ -116,7 +131,10 @@ static void check_flat(const struct trend *t, const char *who)
     printf("%s: RSS grew %ld KiB (bound %d), descriptors %ld -> at most "
            "%ld\n",
            who, top - t->rss[0], FLAT_KIB, t->fds[0], top_fds);
-    CHECK(top - t->rss[0] < FLAT_KIB);
+    if (RSS_MEANINGFUL)
+        CHECK(top - t->rss[0] < FLAT_KIB);
+    else
+        printf("%s: RSS not bounded under AddressSanitizer\n", who);
     /* A descriptor per object would be thousands more; one may be open
      * for a moment (a consumer's page of take marks). */
     CHECK(top_fds <= t->fds[0] + 1);
@@ -407,7 +425,7 @@ TEST(freeing_queues_keeps_the_master_flat)
            "queue)\n", CONTROL, grew, grew * 1024 / CONTROL);
     /* Each detached queue keeps its state, a 256-byte message and its
      * consumer's ring: far more than 100 bytes. */
-    CHECK(grew * 1024 > (long)CONTROL * 100);
+    CHECK(!RSS_MEANINGFUL || grew * 1024 > (long)CONTROL * 100);
 }
 
 /* ---- manager objects ----------------------------------------------------- */
@@ -655,7 +673,7 @@ TEST(releasing_manager_objects_keeps_the_manager_flat)
     long grew = rss_kib(pid) - before;
     printf("manager, %d dicts not released: RSS grew %ld KiB (%ld bytes an "
            "object)\n", CONTROL, grew, grew * 1024 / CONTROL);
-    CHECK(grew * 1024 > (long)CONTROL * 100);
+    CHECK(!RSS_MEANINGFUL || grew * 1024 > (long)CONTROL * 100);
     fiber_manager_free(m);
 }
 
