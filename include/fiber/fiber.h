@@ -834,14 +834,21 @@ FIBER_API int fiber_queue_open(fiber_queue **out, const void *data,
  * in the queue (so a producer may free and exit at once; this waits as
  * long as a full queue stays full), and gives back to the queue what the
  * handle holds as a consumer (prefetched messages and unacknowledged
- * leases).  On the creator's handle (fiber_queue_create) it then
- * destroys the queue on the server: its memory is freed, waiting gets
- * and puts of every process fail with FIBER_ECLOSED, and so does every
- * later call on any handle of it ("object N was freed").  Free the
- * creator's handle only when no process needs the queue any more, or
- * use fiber_queue_detach.  Handles opened with fiber_queue_open, or from
- * a manager (fiber_manager_queue), never destroy the queue.  NULL is a
- * no-op. */
+ * leases).
+ *
+ * Only the creator's handle (fiber_queue_create) destroys the queue: the
+ * server then frees all of it (its messages, those lent to consumers or
+ * held under leases, which go with it, and its records), the gets and
+ * puts waiting on it in every process fail with FIBER_ECLOSED ("queue
+ * 'queue-3' was freed"), and every later call on any other handle fails
+ * with FIBER_ECLOSED naming it ("queue 3 on <address> was freed by its
+ * creator (fiber_queue_free); this handle is stale").  A consumer handle
+ * elsewhere may still return the messages it had prefetched (at most its
+ * window) before its gets fail; an ack of a lease after the free does
+ * nothing.  Free the creator's handle only when no process needs the
+ * queue any more, or use fiber_queue_detach.  Handles opened with
+ * fiber_queue_open, or from a manager (fiber_manager_queue), never
+ * destroy the queue.  NULL is a no-op. */
 FIBER_API void fiber_queue_free(fiber_queue *q);
 
 /* As fiber_queue_free, but never destroys the queue, even on the
