@@ -834,14 +834,21 @@ FIBER_API int fiber_queue_open(fiber_queue **out, const void *data,
  * in the queue (so a producer may free and exit at once; this waits as
  * long as a full queue stays full), and gives back to the queue what the
  * handle holds as a consumer (prefetched messages and unacknowledged
- * leases).  On the creator's handle (fiber_queue_create) it then
- * destroys the queue on the server: its memory is freed, waiting gets
- * and puts of every process fail with FIBER_ECLOSED, and so does every
- * later call on any handle of it ("object N was freed").  Free the
- * creator's handle only when no process needs the queue any more, or
- * use fiber_queue_detach.  Handles opened with fiber_queue_open, or from
- * a manager (fiber_manager_queue), never destroy the queue.  NULL is a
- * no-op. */
+ * leases).
+ *
+ * Only the creator's handle (fiber_queue_create) destroys the queue: the
+ * server then frees all of it (its messages, those lent to consumers or
+ * held under leases, which go with it, and its records), the gets and
+ * puts waiting on it in every process fail with FIBER_ECLOSED ("queue
+ * 'queue-3' was freed"), and every later call on any other handle fails
+ * with FIBER_ECLOSED naming it ("queue 3 on <address> was freed by its
+ * creator (fiber_queue_free); this handle is stale").  A consumer handle
+ * elsewhere may still return the messages it had prefetched (at most its
+ * window) before its gets fail; an ack of a lease after the free does
+ * nothing.  Free the creator's handle only when no process needs the
+ * queue any more, or use fiber_queue_detach.  Handles opened with
+ * fiber_queue_open, or from a manager (fiber_manager_queue), never
+ * destroy the queue.  NULL is a no-op. */
 FIBER_API void fiber_queue_free(fiber_queue *q);
 
 /* As fiber_queue_free, but never destroys the queue, even on the
@@ -1152,9 +1159,35 @@ FIBER_API int fiber_mobj_serialize(fiber_mobj *o, fiber_buf *out);
 FIBER_API int fiber_mobj_open(fiber_mobj **out, const void *data,
                               size_t len);
 
-/* Frees the handle (not the object, which lives as long as its manager).
- * NULL is a no-op. */
+/* Frees the handle (not the object, which lives until it is released,
+ * fiber_mobj_release, or its manager stops).  NULL is a no-op. */
 FIBER_API void fiber_mobj_free(fiber_mobj *o);
+
+/* Releases the object for every process, then frees the handle o (in
+ * every case but FIBER_EINVAL).  The manager frees the object's state at
+ * once (a dict's keys and values, a list's items, a custom object's
+ * state; its name becomes free for a new object); the calls waiting on
+ * it at that moment, in any process (an acquire of a held lock, an event
+ * or condition wait, a barrier wait, a semaphore acquire), fail with
+ * FIBER_ECLOSED ("lock 'name' was freed"), and every later call on any
+ * other handle of it fails with FIBER_ECLOSED, naming it ("lock 7 on
+ * <address> was freed (fiber_mobj_release); this handle is stale").  A
+ * lock held at that moment is simply gone: its holder's release fails
+ * the same way.
+ *
+ * Who may release: any handle of the object, in any process: a manager
+ * object has no creator (fiber_manager_dict and the others open an
+ * existing object of that name as readily as they create one), so the
+ * program decides which process ends an object, as it would call
+ * unlink() on a shared file.  Release an object only when no process
+ * needs it any more; the other handles must still be freed
+ * (fiber_mobj_free).  Queues of a manager (fiber_manager_queue) are not
+ * released this way: they go with the manager.
+ *
+ * Returns 0, FIBER_EINVAL (o is not a valid handle; nothing is freed),
+ * or FIBER_ECLOSED (the object was released already, or the manager has
+ * ended). */
+FIBER_API int fiber_mobj_release(fiber_mobj *o);
 
 /* ---- dict ---- */
 

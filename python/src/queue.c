@@ -12,6 +12,7 @@
 typedef struct {
     PyObject_HEAD
     fiber_queue *q;
+    int shared; /* serialize() was called: copies may live elsewhere */
 } FbpQueue;
 
 typedef struct {
@@ -39,6 +40,7 @@ static FbpQueue *queue_wrap(fiber_queue *q)
         return NULL;
     }
     self->q = q;
+    self->shared = 0;
     return self;
 }
 
@@ -79,15 +81,21 @@ static PyObject *queue_open(PyObject *cls, PyObject *args)
     return (PyObject *)queue_wrap(q);
 }
 
-/* A Python Queue may have been pickled into children that outlive this
- * object, so its handle is detached, never freed: a creator's free would
- * destroy the queue for every process.  The queue lives until the run
- * ends. */
+/* A handle that was never serialised exists in this process only, so
+ * when it goes nobody else can reach the queue: it is freed, and on the
+ * creator's handle (Queue.create) the server frees the queue.  One that
+ * was serialised (pickled into a child, a pool task, or anywhere) may
+ * have copies that outlive this object: it is detached, and the queue
+ * lives until the run ends.  On a handle that is not the creator's the
+ * two are the same. */
 static void queue_dealloc(FbpQueue *self)
 {
     fiber_queue *q = self->q;
     self->q = NULL;
-    FB_NOGIL(fiber_queue_detach(q));
+    if (self->shared)
+        FB_NOGIL(fiber_queue_detach(q));
+    else
+        FB_NOGIL(fiber_queue_free(q));
     PyObject_Free(self);
 }
 
@@ -183,6 +191,8 @@ static PyObject *queue_serialize(FbpQueue *self, PyObject *unused)
     (void)unused;
     fiber_buf b = {0};
     int rc = fiber_queue_serialize(self->q, &b);
+    if (rc == 0)
+        self->shared = 1; /* before the bytes exist anywhere */
     PyObject *res = rc ? fbp_raise_last(rc) : fbp_bytes_of(&b);
     fiber_buf_free(&b);
     return res;

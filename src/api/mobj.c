@@ -146,6 +146,26 @@ FIBER_API void fiber_mobj_free(fiber_mobj *o)
     free(o);
 }
 
+/* A call's status, naming the object when the server says it was
+ * released. */
+static int named(const fiber_mobj *o, int rc)
+{
+    return fb_ohandle_freed(&o->h, rc, mkinds[o->kind]->name,
+                            "(fiber_mobj_release)");
+}
+
+FIBER_API int fiber_mobj_release(fiber_mobj *o)
+{
+    int rc = check(o, ~0u, __func__);
+    if (rc)
+        return rc;
+    rc = named(o, fb_ocall(o->h.c, o->h.obj, FB_OP_FREE, -1, NULL, 0, NULL));
+    char why[FB_WIRE_TEXT_MAX + 1];
+    fb_strlcpy(why, fiber_last_error(), sizeof why);
+    fiber_mobj_free(o);
+    return rc ? fb_err(rc, "%s", why) : 0;
+}
+
 /* ---- calls ------------------------------------------------------------- */
 
 /* Calls op on o.  With f, returns at once with a future; without, waits
@@ -157,7 +177,8 @@ static int mcall(fiber_mobj *o, int32_t op, int timeout_ms,
     if (f)
         return fb_ocall_async(o->h.c, o->h.obj, op, timeout_ms, items, n, f);
     struct fb_oresult r = {0};
-    int rc = fb_ocall(o->h.c, o->h.obj, op, timeout_ms, items, n, &r);
+    int rc = named(o, fb_ocall(o->h.c, o->h.obj, op, timeout_ms, items, n,
+                               &r));
     const void *d;
     size_t len;
     if (rc == 0 && out && fb_oresult_item(&r, 0, &d, &len) == 0)
@@ -175,7 +196,8 @@ static int mcall_i64(fiber_mobj *o, int32_t op, int timeout_ms,
     if (f)
         return mcall(o, op, timeout_ms, items, n, NULL, f);
     struct fb_oresult r = {0};
-    int rc = fb_ocall(o->h.c, o->h.obj, op, timeout_ms, items, n, &r);
+    int rc = named(o, fb_ocall(o->h.c, o->h.obj, op, timeout_ms, items, n,
+                               &r));
     const void *d = NULL;
     size_t len = 0;
     if (rc == 0 && (fb_oresult_item(&r, 0, &d, &len) != 0 || len != 8))

@@ -16,6 +16,10 @@
  * their next waiter.  Semaphores are not released, as in Python: a
  * semaphore has no owner.
  *
+ * Lifetime.  An object lives until a client releases it (FB_OP_FREE, sent
+ * by fiber_mobj_release: objsrv.c answers its parked calls FIBER_ECLOSED,
+ * then the kind's destroy frees its state) or the manager stops.
+ *
  * Waiting.  A call that cannot be answered yet (an acquire of a held lock,
  * a wait on an unset event) is parked on the object's wait queue until it
  * can, or until its deadline: a timeout of 0 that would wait fails at once
@@ -264,7 +268,8 @@ static void dict_destroy(struct fb_obj *o)
 }
 
 static const struct fb_obj_ops dict_ops = {.call = dict_call,
-                                           .destroy = dict_destroy};
+                                           .destroy = dict_destroy,
+                                           .freeable = 1};
 
 static int dict_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 {
@@ -399,7 +404,8 @@ static void list_destroy(struct fb_obj *o)
 }
 
 static const struct fb_obj_ops list_ops = {.call = list_call,
-                                           .destroy = list_destroy};
+                                           .destroy = list_destroy,
+                                           .freeable = 1};
 
 static int list_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 {
@@ -451,7 +457,8 @@ static int value_call(struct fb_obj *o, struct fb_oreq *req)
 static void value_destroy(struct fb_obj *o) { free(o->state); }
 
 static const struct fb_obj_ops value_ops = {.call = value_call,
-                                            .destroy = value_destroy};
+                                            .destroy = value_destroy,
+                                            .freeable = 1};
 
 static int value_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 {
@@ -621,7 +628,8 @@ static void lock_destroy(struct fb_obj *o) { free(o->state); }
 
 static const struct fb_obj_ops lock_ops = {.call = lock_call,
                                            .conn_gone = lock_conn_gone,
-                                           .destroy = lock_destroy};
+                                           .destroy = lock_destroy,
+                                           .freeable = 1};
 
 static int lock_make(struct fb_obj *o, int recursive)
 {
@@ -750,7 +758,8 @@ static void cond_destroy(struct fb_obj *o) { free(o->state); }
 static const struct fb_obj_ops cond_ops = {.call = cond_call,
                                            .conn_gone = cond_conn_gone,
                                            .destroy = cond_destroy,
-                                           .expire = cond_expire};
+                                           .expire = cond_expire,
+                                           .freeable = 1};
 
 static int cond_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 {
@@ -806,7 +815,8 @@ static int event_call(struct fb_obj *o, struct fb_oreq *req)
 static void event_destroy(struct fb_obj *o) { free(o->state); }
 
 static const struct fb_obj_ops event_ops = {.call = event_call,
-                                            .destroy = event_destroy};
+                                            .destroy = event_destroy,
+                                            .freeable = 1};
 
 static int event_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 {
@@ -860,7 +870,8 @@ static int sem_call(struct fb_obj *o, struct fb_oreq *req)
 static void sem_destroy(struct fb_obj *o) { free(o->state); }
 
 static const struct fb_obj_ops sem_ops = {.call = sem_call,
-                                          .destroy = sem_destroy};
+                                          .destroy = sem_destroy,
+                                          .freeable = 1};
 
 static int sem_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 {
@@ -950,7 +961,8 @@ static void barrier_destroy(struct fb_obj *o) { free(o->state); }
 
 static const struct fb_obj_ops barrier_ops = {.call = barrier_call,
                                               .destroy = barrier_destroy,
-                                              .expire = barrier_expire};
+                                              .expire = barrier_expire,
+                                              .freeable = 1};
 
 static int barrier_create(struct fb_obj *o, const fiber_iov *params,
                           uint32_t n)
@@ -1048,7 +1060,8 @@ static void custom_destroy(struct fb_obj *o)
 }
 
 static const struct fb_obj_ops custom_ops = {.call = custom_call,
-                                             .destroy = custom_destroy};
+                                             .destroy = custom_destroy,
+                                             .freeable = 1};
 
 static int custom_create(struct fb_obj *o, const fiber_iov *params,
                          uint32_t n)

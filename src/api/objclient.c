@@ -961,3 +961,18 @@ void fb_ohandle_close(struct fb_ohandle *h)
     fb_oclient_release(h->c);
     h->c = NULL;
 }
+
+int fb_ohandle_freed(const struct fb_ohandle *h, int rc, const char *what,
+                     const char *how)
+{
+    unsigned id = 0;
+    int end = -1;
+    const char *text = fiber_last_error();
+    if (rc != FIBER_ECLOSED)
+        return rc;
+    sscanf(text, "object %u was freed%n", &id, &end);
+    if (end < 0 || text[end] != '\0' || id != h->obj)
+        return rc;
+    return fb_err(rc, "%s %u on %s was freed %s; this handle is stale", what,
+                  id, h->addr, how);
+}

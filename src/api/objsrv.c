@@ -50,6 +50,7 @@ struct fb_objsrv {
     struct fb_obj *objs;
     uint32_t next_id;
     struct fb_oreq *parked;
+    uint64_t n_parked; /* on `parked`; atomic: read by other threads */
     uint64_t dropped; /* closed over MAX_CONNS (the gate counts its own) */
     int n_doomed;
     int stopping;
@@ -147,6 +148,8 @@ static void send_now(struct fb_objsrv *s, struct fb_oconn *c)
 static void parked_unlink(struct fb_oreq *r)
 {
     struct fb_objsrv *s = r->srv;
+    if (r->pprev || s->parked == r)
+        __atomic_sub_fetch(&s->n_parked, 1, __ATOMIC_RELAXED);
     if (r->pprev)
         r->pprev->pnext = r->pnext;
     else if (s->parked == r)
@@ -193,6 +196,7 @@ void fb_oreq_park(struct fb_oreq *req, struct fb_waitq *q)
     q->tail = req;
     q->len++;
     struct fb_objsrv *s = req->srv;
+    __atomic_add_fetch(&s->n_parked, 1, __ATOMIC_RELAXED);
     req->pnext = s->parked;
     req->pprev = NULL;
     if (s->parked)
@@ -370,6 +374,23 @@ static void do_open(struct fb_objsrv *s, struct fb_oreq *req)
     fb_oreq_reply(req, 0, &id, 1);
 }
 
+/* Answers every request parked on o with FIBER_ECLOSED.  Its waiters are
+ * on o's own wait queues, so this runs before ops->destroy frees them;
+ * one pass over the server's parked list (the calls waiting now). */
+static void fail_parked(struct fb_objsrv *s, struct fb_obj *o)
+{
+    struct fb_oreq *r = s->parked, *next;
+    for (; r; r = next) {
+        next = r->pnext;
+        if (r->obj != o->id)
+            continue;
+        waitq_unlink(r);
+        parked_unlink(r);
+        fb_oreq_fail(r, FIBER_ECLOSED, "%s '%s' was freed", o->kind,
+                     o->name); /* frees r alone: next stays valid */
+    }
+}
+
 void fb_obj_destroy(struct fb_obj *o)
 {
     struct fb_objsrv *s = o->srv;
@@ -378,9 +399,26 @@ void fb_obj_destroy(struct fb_obj *o)
         pp = &(*pp)->next;
     if (*pp)
         *pp = o->next;
+    fail_parked(s, o);
     if (o->ops->destroy)
         o->ops->destroy(o);
     free(o);
+}
+
+/* FB_OP_FREE: destroys o when its kind allows it. */
+static void do_free(struct fb_obj *o, struct fb_oreq *req)
+{
+    if (!o->ops->freeable) {
+        fb_oreq_fail(req, FIBER_EINVAL, "a %s is not freed this way",
+                     o->kind);
+        return;
+    }
+    if (req->count != 0) {
+        fb_oreq_fail(req, FIBER_EINVAL, "FREE takes no arguments");
+        return;
+    }
+    fb_oreq_reply(req, 0, NULL, 0);
+    fb_obj_destroy(o);
 }
 
 /* Builds a request (owning a copy of its items) from an OCALL frame. */
@@ -439,7 +477,10 @@ static void serve(struct fb_objsrv *s, struct fb_oconn *c,
                      req->obj);
         return;
     }
-    o->ops->call(o, req);
+    if (req->op == FB_OP_FREE)
+        do_free(o, req);
+    else
+        o->ops->call(o, req);
 }
 
 /* ---- admitting clients ----------------------------------------------- */
@@ -683,6 +724,11 @@ const char *fb_objsrv_address(const struct fb_objsrv *s)
 uint64_t fb_objsrv_dropped(struct fb_objsrv *s)
 {
     return s->dropped + s->gate.dropped;
+}
+
+uint64_t fb_objsrv_parked(struct fb_objsrv *s)
+{
+    return __atomic_load_n(&s->n_parked, __ATOMIC_RELAXED);
 }
 
 void fb_objsrv_stop(struct fb_objsrv *s)

@@ -30,6 +30,10 @@
 
 /* Generic operations; kinds number theirs from FB_OP_KIND. */
 #define FB_OP_OPEN 1 /* obj 0; items: kind, name, params... -> u32 id */
+/* obj N, no items: destroys the object (fb_obj_destroy) if its kind is
+ * `freeable`; FIBER_EINVAL if it is not.  A manager object's release
+ * (fiber_mobj_release). */
+#define FB_OP_FREE 2
 #define FB_OP_KIND 16
 
 struct fb_objsrv;
@@ -68,7 +72,9 @@ struct fb_obj_ops {
     /* A client went away: its parked requests are already gone; release
      * what it held.  May answer other parked requests.  May be NULL. */
     void (*conn_gone)(struct fb_obj *o, struct fb_oconn *c);
-    /* Frees the state.  May be NULL. */
+    /* Frees the state.  The requests parked on the object have been
+     * answered already (FIBER_ECLOSED, see fb_obj_destroy).  May be
+     * NULL. */
     void (*destroy)(struct fb_obj *o);
     /* A parked request's deadline passed.  The server has already taken
      * it off its wait queue; the object answers it, or parks it again
@@ -76,6 +82,10 @@ struct fb_obj_ops {
      * re-acquire its lock first).  May answer other parked requests (a
      * barrier breaks).  May be NULL: the server answers FIBER_ETIMEDOUT. */
     void (*expire)(struct fb_obj *o, struct fb_oreq *req);
+    /* Any client may destroy an object of this kind with FB_OP_FREE (the
+     * manager's objects).  0: only the kind's own operations or the
+     * server's stop end it (a ring's rendezvous). */
+    int freeable;
 };
 
 struct fb_obj {
@@ -118,6 +128,9 @@ int fb_objsrv_step(struct fb_objsrv *srv, int max_wait_ms);
 void fb_objsrv_stop(struct fb_objsrv *srv);
 /* Peers dropped for failing authentication or protocol (tests). */
 uint64_t fb_objsrv_dropped(struct fb_objsrv *srv);
+/* Requests waiting on the server's objects now (tests: wait until a
+ * child's call is parked).  Safe from any thread. */
+uint64_t fb_objsrv_parked(struct fb_objsrv *srv);
 
 /* Answers req with status and items, and frees it. */
 void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
@@ -125,9 +138,14 @@ void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
 /* Frees req without answering it: for operations the client posts
  * without waiting for a reply (a queue's TAKEN). */
 void fb_oreq_done(struct fb_oreq *req);
-/* Removes o from its server and frees it (ops->destroy first, which must
- * answer o's parked requests).  Later calls on its id fail with
- * FIBER_ECLOSED ("object N was freed"): ids are never reused. */
+/* Removes o from its server and frees it: every request parked on o (of
+ * any client) is answered FIBER_ECLOSED ("<kind> '<name>' was freed")
+ * first, then ops->destroy frees the state and o goes.  Nothing of o
+ * stays behind.  Later calls on its id fail with FIBER_ECLOSED ("object N
+ * was freed", recognised by fb_ohandle_freed): ids are never reused, so
+ * the server tells a freed id from one it never gave out by the count
+ * alone.  Safe to call from o's own call op (which must not touch o
+ * after it). */
 void fb_obj_destroy(struct fb_obj *o);
 /* Answers req with a failure: status and a printf-style text. */
 void fb_oreq_fail(struct fb_oreq *req, int status, const char *fmt, ...)
@@ -237,6 +255,12 @@ int fb_ohandle_open(struct fb_ohandle *h, const char *addr,
                     const uint8_t token[FB_WIRE_TOKEN_LEN], uint32_t obj);
 /* Releases h's connection. */
 void fb_ohandle_close(struct fb_ohandle *h);
+/* For a call on h that returned rc: when the server said the object was
+ * freed ("object N was freed"), rewrites fiber_last_error() to name it
+ * ("<what> N on <address> was freed <how>", e.g. what "queue", how "by
+ * its creator (fiber_queue_free)").  Returns rc. */
+int fb_ohandle_freed(const struct fb_ohandle *h, int rc, const char *what,
+                     const char *how);
 
 /* Opens (creating it if needed) the object named name of kind on the
  * server; its id goes to *id. */

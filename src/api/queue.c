@@ -80,6 +80,14 @@ static int check_queue(const fiber_queue *q)
     return 0;
 }
 
+/* A call's status, naming the queue when the server says it was freed
+ * (its creator's fiber_queue_free). */
+static int named(const fiber_queue *q, int rc)
+{
+    return fb_ohandle_freed(&q->h, rc, "queue",
+                            "by its creator (fiber_queue_free)");
+}
+
 static int queue_attach(fiber_queue **out, const char *addr,
                         const uint8_t *token, uint32_t obj)
 {
@@ -157,12 +165,12 @@ FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
                       len, max);
     fiber_iov item = {data, len};
     if (timeout_ms >= 0)
-        return fb_ocall(q->h.c, q->h.obj, FB_QOP_PUT, timeout_ms, &item, 1,
-                        NULL);
+        return named(q, fb_ocall(q->h.c, q->h.obj, FB_QOP_PUT, timeout_ms,
+                                 &item, 1, NULL));
     /* Pipelined: a failure of an earlier put is reported here. */
     rc = fb_ocredit_wait(q->h.c, &q->credit, PUT_WINDOW - 1, UINT64_MAX);
     if (rc)
-        return rc;
+        return named(q, rc);
     uint64_t now = fb_now_ns();
     int steady = now - q->last_put_ns < STEADY_PUT_NS;
     q->last_put_ns = now;
@@ -181,7 +189,7 @@ FIBER_API int fiber_queue_flush(fiber_queue *q, int timeout_ms)
                                           : "puts still unanswered after "
                                             "%d ms",
                       timeout_ms);
-    return rc;
+    return named(q, rc);
 }
 
 /* ---- getting ------------------------------------------------------------- */
@@ -338,7 +346,7 @@ static int get_item(fiber_queue *q, fiber_buf *out, uint32_t how,
     if (rc == 0)
         rc = take(q, out, how, seq);
     pthread_mutex_unlock(&q->mu);
-    return rc;
+    return named(q, rc);
 }
 
 FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms)
@@ -433,13 +441,15 @@ FIBER_API int fiber_queue_size(fiber_queue *q, size_t *n)
         *n = (size_t)v;
     }
     fb_oresult_free(&r);
-    return rc;
+    return named(q, rc);
 }
 
 FIBER_API int fiber_queue_close(fiber_queue *q)
 {
     int rc = check_queue(q);
-    return rc ? rc : fb_ocall(q->h.c, q->h.obj, FB_QOP_CLOSE, 0, NULL, 0, NULL);
+    return rc ? rc
+              : named(q, fb_ocall(q->h.c, q->h.obj, FB_QOP_CLOSE, 0, NULL, 0,
+                                  NULL));
 }
 
 FIBER_API int fiber_queue_serialize(fiber_queue *q, fiber_buf *out)

@@ -607,7 +607,7 @@ static int q_call(struct fb_obj *o, struct fb_oreq *req)
     case FB_QOP_RELEASE:
         do_release(q, req);
         break;
-    case FB_QOP_FREE:
+    case FB_QOP_FREE: /* the creator's fiber_queue_free */
         fb_oreq_reply(req, 0, NULL, 0);
         fb_obj_destroy(o); /* its waiters fail with FIBER_ECLOSED */
         break;
@@ -636,11 +636,13 @@ static void q_conn_gone(struct fb_obj *o, struct fb_oconn *c)
     }
 }
 
+/* Frees everything the queue holds: its messages, what consumers hold
+ * (lent and leased messages go with the queue: an ack that comes later
+ * names no item and is dropped), the consumers' mark pages.  Its waiting
+ * gets and puts were answered FIBER_ECLOSED before (fb_obj_destroy). */
 static void q_destroy(struct fb_obj *o)
 {
     struct qstate *q = o->state;
-    fail_all(&q->hungry, "the queue was freed");
-    fail_all(&q->putters, "the queue was freed");
     while (q->consumers) {
         struct consumer *k = q->consumers;
         q->consumers = k->next;
@@ -662,6 +664,7 @@ static const struct fb_obj_ops queue_ops = {
     .conn_gone = q_conn_gone,
     .destroy = q_destroy,
     .expire = q_expire,
+    .freeable = 1,
 };
 
 static int q_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)

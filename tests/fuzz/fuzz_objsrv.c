@@ -14,7 +14,9 @@
  *
  *   CALL   a well-formed OCALL: client, object, operation, timeout and
  *          items chosen by the input (items raw, int64, u32 or a known
- *          name: kinds, objects, methods)
+ *          name: kinds, objects, methods); the operation may be the
+ *          generic FREE (FB_OP_FREE), which destroys any object but a
+ *          rendezvous
  *   RAW    raw bytes on a client's stream
  *   FRAME  a valid header of any type around raw payload bytes
  *   CLOSE  a client goes (and comes back, authenticated)
@@ -37,6 +39,8 @@
  *     that does not is never dropped;
  *   - a call on an object that does not exist fails with FIBER_EINVAL;
  *     answers have the shape their operation promises;
+ *   - once a FREE (FB_OP_FREE, or a queue's own) was answered 0, every
+ *     call on that object sent afterwards fails with FIBER_ECLOSED;
  *   - a queue's size is never above its capacity, and equals the puts
  *     answered 0 minus the gets answered 0; a semaphore never gives out
  *     more units than it had;
@@ -120,6 +124,7 @@ struct pend {
     int32_t op;
     int check; /* a CHECK's size query */
     uint32_t n_items;
+    int after_free; /* sent once its object's FREE was answered */
 };
 
 struct client {
@@ -147,19 +152,22 @@ struct state {
     /* models */
     int64_t q_count[3]; /* by object id 1, 2 */
     int64_t sem_value;
+    uint8_t freed[256]; /* by object id: a FREE of it was answered 0 */
 };
 
 /* ---- the shadow decoder -------------------------------------------------- */
 
-static void pend_add(struct client *c, uint64_t id, uint32_t obj, int32_t op,
-                     int check, uint32_t n_items)
+static void pend_add(struct state *st, struct client *c, uint64_t id,
+                     uint32_t obj, int32_t op, int check, uint32_t n_items)
 {
     if (c->n_pend == c->cap_pend) {
         c->cap_pend = c->cap_pend ? 2 * c->cap_pend : 16;
         c->pend = realloc(c->pend, c->cap_pend * sizeof *c->pend);
         FZ_REQUIRE(c->pend, "out of memory");
     }
-    c->pend[c->n_pend++] = (struct pend){id, obj, op, check, n_items};
+    int after_free = obj < sizeof st->freed && st->freed[obj];
+    c->pend[c->n_pend++] =
+        (struct pend){id, obj, op, check, n_items, after_free};
 }
 
 /* Parses what the server has been sent and not yet parsed, as the server
@@ -203,7 +211,7 @@ static void shadow_parse(struct state *st, struct client *c)
         }
         struct fb_msg_ocall m;
         fb_wire_get_ocall(pl, h.len, &m, NULL, 0);
-        pend_add(c, h.id, m.obj, h.code, 0, m.count);
+        pend_add(st, c, h.id, m.obj, h.code, 0, m.count);
         if ((m.obj == OBJ_Q || m.obj == OBJ_QU) && h.code == Q_PUT)
             st->q_count[m.obj] += m.count;
         if (m.obj == 0 && h.code == FB_OP_OPEN)
@@ -317,6 +325,12 @@ static void check_reply(struct state *st, const struct pend *r,
     if (cannot_exist && !(r->obj == 0 && r->op == FB_OP_OPEN))
         FZ_REQUIRE(status == FIBER_EINVAL,
                    "a call on missing object %u answered %d", r->obj, status);
+    if (r->after_free)
+        FZ_REQUIRE(status == FIBER_ECLOSED,
+                   "a call on freed object %u answered %d", r->obj, status);
+    if (status == 0 && r->obj < sizeof st->freed &&
+        (r->op == FB_OP_FREE || (is_queue(r->obj) && r->op == Q_FREE)))
+        st->freed[r->obj] = 1;
     if (r->obj == 0 && r->op == FB_OP_OPEN && status == 0) {
         uint32_t id;
         FZ_REQUIRE(m.count == 1 && len0 == 4, "OPEN answered without an id");
@@ -524,6 +538,8 @@ static void cmd_call(struct state *st, struct fz_in *in)
         op = FB_OP_KIND + opsel % (OP_END - FB_OP_KIND + 1);
     if (opsel == 0xff)
         op = FB_OP_OPEN;
+    if (opsel == 0xdf && obj != 0)
+        op = FB_OP_FREE;
     fiber_iov items[4];
     uint8_t scratch[4 * 256];
     size_t used = 0;
@@ -580,7 +596,7 @@ static void cmd_check(struct state *st)
         FZ_REQUIRE(sent == b.len, "socket full");
         fz_w_bytes(&c->sent, b.data, b.len);
         c->parsed += b.len;
-        pend_add(c, id, obj, Q_SIZE, 1, 0);
+        pend_add(st, c, id, obj, Q_SIZE, 1, 0);
         fiber_buf_free(&b);
     }
 }
@@ -694,7 +710,10 @@ static void w_call(fiber_buf *b, int client, int obj, int op, int tsel,
     fz_w_u8(b, 0);
     fz_w_u8(b, client);
     fz_w_u8(b, obj);
-    fz_w_u8(b, obj == 0 ? 0 : op < 0 ? 0xe0 + (op & 0x1f) : op - FB_OP_KIND);
+    fz_w_u8(b, obj == 0        ? 0
+               : op == FB_OP_FREE ? 0xdf
+               : op < 0           ? 0xe0 + (op & 0x1f)
+                                  : op - FB_OP_KIND);
     fz_w_u8(b, tsel);
     fz_w_u8(b, n);
     for (int k = 0; k < n; k++) {
@@ -918,6 +937,37 @@ void fuzz_write_seeds(const char *dir)
     w_call(&b, 0, 14, Q_PUT, NOW, ITEMS(RAW("in the new queue")));
     w_call(&b, 0, 0xf5, Q_GET, NOW, NONE);
     fz_seed(dir, "open", &b);
+
+    /* Freeing objects (FB_OP_FREE, objsrv.c): the calls parked on them
+     * fail with FIBER_ECLOSED, later calls too, a rendezvous refuses,
+     * and a name freed opens a new object. */
+    w_call(&b, 0, 6, MK_ACQUIRE, FOREVER, ITEMS(I64(1)));
+    w_call(&b, 1, 6, MK_ACQUIRE, FOREVER, ITEMS(I64(2)));
+    w_call(&b, 0, 11, MK_ACQUIRE, FOREVER, ITEMS(I64(1)));
+    w_call(&b, 0, 11, MC_WAIT, FOREVER, ITEMS(I64(1)));
+    w_call(&b, 1, 10, MB_WAIT, FOREVER, NONE);
+    w_call(&b, 2, 8, ME_WAIT, SHORT, NONE);
+    w_call(&b, 2, 1, Q_GET, FOREVER, ITEMS(U32(3), U32(8), U32(0)));
+    w_call(&b, 2, 6, FB_OP_FREE, NOW, ITEMS(RAW("no arguments")));
+    w_check(&b);
+    w_call(&b, 2, 6, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 2, 11, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 2, 10, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 0, 8, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 0, 1, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 0, 13, FB_OP_FREE, NOW, NONE);
+    w_check(&b);
+    w_call(&b, 0, 6, MK_RELEASE, NOW, ITEMS(I64(1)));
+    w_call(&b, 1, 6, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 1, 1, Q_PUT, NOW, ITEMS(RAW("after free")));
+    w_call(&b, 1, 3, MD_SET, NOW, ITEMS(RAW("k"), RAW("v")));
+    w_call(&b, 1, 3, FB_OP_FREE, NOW, NONE);
+    w_call(&b, 1, 3, MD_GET, NOW, ITEMS(RAW("k")));
+    w_call(&b, 0, 0, FB_OP_OPEN, NOW, ITEMS(NAME("dict"), NAME("d")));
+    w_call(&b, 0, 14, MD_GET, NOW, ITEMS(RAW("k")));
+    w_call(&b, 0, 14, FB_OP_FREE, NOW, NONE);
+    w_step(&b);
+    fz_seed(dir, "free", &b);
 
     /* Hostile clients. */
     fz_w_u8(&b, 4); fz_w_u8(&b, 2); fz_w_u8(&b, H_TOKEN);

@@ -1,6 +1,7 @@
 /*
  * test_queue_loss.c -- what a queue guarantees when consumers die, and
- * that freeing queues gives their memory back.
+ * what freeing or detaching a handle does (the loops that free many
+ * queues are in test_lifetime.c).
  *
  * The kill cases: the master puts ITEMS numbered items on a queue while
  * three consumer processes take them (prefetching, as every consumer
@@ -274,71 +275,8 @@ TEST(acknowledged_lease_is_gone)
 
 /* ---- lifetime ------------------------------------------------------------ */
 
-static long open_fds(void)
-{
-    long n = 0;
-    for (int fd = 0; fd < 4096; fd++)
-        if (fcntl(fd, F_GETFD) != -1)
-            n++;
-    return n;
-}
-
-/* The master's resident memory in KiB (VmRSS). */
-static long rss_kib(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
-/* Creates, uses and frees queues in a loop: the master's memory and
- * descriptors stay flat (the server frees each queue with its creator's
- * handle), and a freed queue's other handles fail with FIBER_ECLOSED. */
-TEST(freeing_queues_keeps_the_master_flat)
-{
-    enum { ROUNDS = 4, PER_ROUND = 5000 };
-    char big[1024];
-    memset(big, 'x', sizeof big);
-    long rss[ROUNDS], fds[ROUNDS];
-    for (int r = 0; r < ROUNDS; r++) {
-        for (int i = 0; i < PER_ROUND; i++) {
-            fiber_queue *q;
-            CHECK_OK(fiber_queue_create(&q, 0));
-            /* Leave messages in it: freeing must free them too. */
-            CHECK_OK(fiber_queue_put(q, big, sizeof big, -1));
-            CHECK_OK(fiber_queue_put(q, big, sizeof big, -1));
-            CHECK_OK(fiber_queue_get(q, NULL, 1000));
-            fiber_queue_free(q);
-        }
-        rss[r] = rss_kib();
-        fds[r] = open_fds();
-        printf("after %d queues: VmRSS %ld KiB, %ld descriptors\n",
-               (r + 1) * PER_ROUND, rss[r], fds[r]);
-    }
-    /* 10,000 leaked queues holding a 1 KiB message each would add more
-     * than 10 MiB between the first and the last round. */
-    CHECK(rss[ROUNDS - 1] - rss[0] < 4096);
-    /* One leaked descriptor per queue would be 15,000 more; the server
-     * thread may hold one for a moment (a consumer's mark page). */
-    CHECK(fds[ROUNDS - 1] <= fds[0] + 1);
-    /* A freed queue is gone for every handle. */
-    fiber_queue *q, *other;
-    CHECK_OK(fiber_queue_create(&q, 0));
-    fiber_buf h = {0};
-    CHECK_OK(fiber_queue_serialize(q, &h));
-    CHECK_OK(fiber_queue_open(&other, h.data, h.len));
-    fiber_queue_free(q);
-    CHECK_ERR(fiber_queue_put(other, "x", 1, 1000), FIBER_ECLOSED);
-    CHECK_ERR(fiber_queue_get(other, NULL, 0), FIBER_ECLOSED);
-    fiber_queue_free(other);
-    fiber_buf_free(&h);
-}
+/* Creating, using and freeing many queues, and the waiters and stale
+ * handles of a freed queue: test_lifetime.c. */
 
 FIBER_TASK(loss_blocked_get)
 {
