@@ -253,6 +253,73 @@ FIBER_API int fiber_job_command_set(const char *const *argv,
                                     const char *const *env);
 
 /* ------------------------------------------------------------------------
+ * Stop requests and resumption
+ *
+ * Clusters end jobs for reasons of their own: a Slurm time limit or
+ * pre-emption, a Kubernetes eviction or node drain.  Each warns first with
+ * a signal to the master:
+ *
+ *   SIGUSR1  Slurm, a set time before the job's time limit, when the job
+ *            asked for it (`fiber run --signal <seconds>`, which is sbatch's
+ *            --signal=B:USR1@<seconds>);
+ *   SIGTERM  Slurm at the time limit, on pre-emption, on scancel and on
+ *            scontrol requeue (SIGKILL follows after the cluster's
+ *            KillWait or GraceTime); Kubernetes when the pod is deleted or
+ *            evicted (SIGKILL follows after the pod's termination grace
+ *            period); `fiber kill` (SIGKILL after terminate_grace_ms).
+ *
+ * fiber turns the first of these into one event: the callbacks registered
+ * with fiber_on_stop_requested() run, and fiber_stop_requested() turns
+ * nonzero, so that a program can checkpoint and end before it is killed.
+ * ------------------------------------------------------------------------ */
+
+/* A stop callback: user as registered, sig the signal that asked
+ * (SIGTERM or SIGUSR1). */
+typedef void (*fiber_stop_fn)(void *user, int sig);
+
+/* Registers fn to run once when the master is asked to stop, and arms the
+ * stop event.  fn may be NULL: the event is armed, for a program that only
+ * polls fiber_stop_requested().  Several callbacks (at most 16) run in the
+ * order they were registered.
+ *
+ * Until the first call, fiber leaves the signals alone: SIGTERM and
+ * SIGUSR1 end the program, as their default actions do.  From the first
+ * call until fiber_shutdown():
+ *   - the first SIGTERM or SIGUSR1 requests the stop: the callbacks run
+ *     on fiber's stop thread, not in a signal handler, one after the
+ *     other, with no lock of fiber's held, so they may call any fiber
+ *     function (run a pool's map, write a checkpoint, call exit());
+ *     the program's other threads go on meanwhile;
+ *   - a second SIGTERM ends the program as it always did (its default
+ *     action is back once the first stop signal arrived), and so does
+ *     SIGINT, which fiber never handles; later SIGUSR1s are ignored;
+ *   - fiber_shutdown() (and so exit()) waits for a callback that is still
+ *     running, then gives both signals their default actions back.
+ * A handler the program installed for SIGTERM or SIGUSR1 is replaced.
+ *
+ * Registered after the stop was requested and delivered, fn runs at once
+ * on the caller's thread, before this returns.
+ *
+ * Only in the master.  Returns 0, FIBER_ENOTINIT (before fiber_init()),
+ * FIBER_ENOTSUP (in a child job), FIBER_EINVAL (a 17th callback) or
+ * FIBER_ESYS. */
+FIBER_API int fiber_on_stop_requested(fiber_stop_fn fn, void *user);
+
+/* Returns 0 until a stop was requested, then the signal that asked
+ * (SIGTERM, SIGUSR1): a flag to check between iterations.  Always 0 while
+ * the event is not armed (see fiber_on_stop_requested).  Async-signal-safe
+ * and lock-free. */
+FIBER_API int fiber_stop_requested(void);
+
+/* Returns how many times this run was restarted after its master was
+ * stopped: the configuration key `resumed` (FIBER_RESUMED=<count>, which
+ * `fiber run --requeue` sets in a requeued master), else Slurm's
+ * SLURM_RESTART_COUNT in a master that runs as a Slurm batch job, else 0.
+ * A program that sees a nonzero count loads its checkpoint.  0 in a child
+ * job and before fiber_init(). */
+FIBER_API int fiber_resumed(void);
+
+/* ------------------------------------------------------------------------
  * Configuration
  *
  * Keys (the full reference is docs/configuration.md):

@@ -40,6 +40,8 @@
     X(terminate_grace_ms, INT, 2000, integer, 0, 3600000)                      \
     X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)              \
     X(heartbeat_ms, INT, 1000, integer, 0, 3600000)                            \
+    X(time_limit_margin_ms, INT, 0, integer, 0, 86400000)                      \
+    X(resumed, INT, 0, integer, 0, 1000000)                                    \
     X(image, STR, "", image, 0, 0)                                             \
     X(docker_socket, STR, "/var/run/docker.sock", socket, 0, 0)                \
     X(docker_network, STR, "host", network, 0, 0)                              \

@@ -336,6 +336,7 @@ FIBER_API void fiber_shutdown(void)
     fb_rt_unlock();
     if (!active)
         return;
+    fb_stop_shutdown(); /* a stop callback still running may use fiber */
     fb_master_objsrv_stop();
     fb_objects_shutdown();
     fb_service_stop();
