@@ -40,8 +40,6 @@
     X(terminate_grace_ms, INT, 2000, integer, 0, 3600000)                      \
     X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)              \
     X(heartbeat_ms, INT, 1000, integer, 0, 3600000)                            \
-    X(time_limit_margin_ms, INT, 0, integer, 0, 86400000)                      \
-    X(resumed, INT, 0, integer, 0, 1000000)                                    \
     X(image, STR, "", image, 0, 0)                                             \
     X(docker_socket, STR, "/var/run/docker.sock", socket, 0, 0)                \
     X(docker_network, STR, "host", network, 0, 0)                              \
@@ -65,7 +63,9 @@
     X(k8s_host_network, INT, 0, boolean, 0, 0)                                 \
     X(k8s_pull_policy, STR, "", pull_policy, 0, 0)                             \
     X(object_cache_mb, INT, 4096, integer, 1, 1048576)                         \
-    X(object_shm, INT, 1, boolean, 0, 0)
+    X(object_shm, INT, 1, boolean, 0, 0)                                       \
+    X(time_limit_margin_ms, INT, 0, integer, 0, 86400000)                      \
+    X(resumed, INT, 0, integer, 0, 1000000)
 
 /* Every key's name, ", "-separated, for "known keys: ..." in messages.  The
  * table puts ", " before each name; KNOWN_KEYS skips the first one. */
