@@ -325,7 +325,12 @@ static int save(struct run *r)
     char err[512];
     if (!r->o->checkpoint)
         return 0;
-    if (es_checkpoint_save(r->st, r->o->checkpoint, err, sizeof err) != 0) {
+    if (r->o->state_mu)
+        pthread_mutex_lock(r->o->state_mu);
+    int rc = es_checkpoint_save(r->st, r->o->checkpoint, err, sizeof err);
+    if (r->o->state_mu)
+        pthread_mutex_unlock(r->o->state_mu);
+    if (rc != 0) {
         fprintf(stderr, "es: %s\n", err);
         return -1;
     }
@@ -393,8 +398,13 @@ static int iterate(struct run *r, struct es_outcome *out)
     if (candidate && final_test(r, out) != 0)
         return -1;
     solved = candidate && out->test_mean >= r->o->target;
-    if (!solved)
+    if (!solved) {
+        if (r->o->state_mu)
+            pthread_mutex_lock(r->o->state_mu);
         update(r);
+        if (r->o->state_mu)
+            pthread_mutex_unlock(r->o->state_mu);
+    }
     s.seconds = now_s() - t0;
     s.map_seconds = t2 - t1;
     s.master_seconds = s.seconds - s.map_seconds;
@@ -435,6 +445,10 @@ int es_train(const struct es_opts *o, struct es_state *st,
     if (rc == 0)
         rc = build_noise(&r) || start_pool(&r) || open_log(&r) ? -1 : 0;
     while (rc == 0 && st->iteration < (uint64_t)o->iters) {
+        if (o->stop_aware && fiber_stop_requested()) {
+            out->stopped = 1;
+            break;
+        }
         rc = iterate(&r, out);
         if (rc == 1) {
             out->solved = 1;
