@@ -471,7 +471,15 @@ FIBER_API void fiber_process_free(fiber_process *p);
  * sized from the measured task time.
  *
  * Resilience: when a worker's job ends or it stops heart-beating, the tasks
- * it held go back to the queue one by one and a replacement starts.  A
+ * it held go back to the queue one by one and a replacement starts.
+ *
+ * Time limits: a worker whose job the engine will end at a time limit
+ * (Slurm's --time: slurm_time_limit, or sbatch's own default) is retired
+ * time_limit_margin_ms before it (by default the larger of 10 s and four
+ * times the tasks it holds, at their measured duration): it gets no new
+ * task, a replacement starts at once, and it exits once its tasks are
+ * answered, so no task is cut off by the limit (workers_retired_at_limit
+ * counts them; none of their tasks is retried).  A
  * task that crashes its worker (a fatal signal, or exit()) is named by the
  * worker itself and charged; when a worker vanishes without a word
  * (SIGKILL, the OOM killer) holding several tasks, each of them runs alone
@@ -518,6 +526,8 @@ typedef struct fiber_pool_stats {
     int workers_target;
     size_t tasks_queued;      /* submitted, not yet sent to a worker */
     size_t tasks_in_flight;   /* sent, result not yet back */
+    uint64_t workers_retired_at_limit; /* drained and replaced ahead of
+                                          their job's time limit */
 } fiber_pool_stats;
 
 /* One input of fiber_pool_map_bufs. */
