@@ -277,6 +277,13 @@ FIBER_API int fiber_job_command_set(const char *const *argv,
  * (SIGTERM or SIGUSR1). */
 typedef void (*fiber_stop_fn)(void *user, int sig);
 
+/* The exit status of a master that ends to be requeued (EX_TEMPFAIL).  A
+ * master started by `fiber run --requeue` ends with it as soon as its
+ * stop callbacks have returned (flushing stdio and stopping its jobs
+ * first), and the backend's batch script requeues the run under the same
+ * name; a program may also exit with it itself to ask for a requeue. */
+#define FIBER_EXIT_REQUEUE 75
+
 /* Registers fn to run once when the master is asked to stop, and arms the
  * stop event.  fn may be NULL: the event is armed, for a program that only
  * polls fiber_stop_requested().  Several callbacks (at most 16) run in the
@@ -299,6 +306,12 @@ typedef void (*fiber_stop_fn)(void *user, int sig);
  *
  * Registered after the stop was requested and delivered, fn runs at once
  * on the caller's thread, before this returns.
+ *
+ * In a master that `fiber run --requeue` started (FIBER_BOOT_REQUEUE=1 in
+ * its environment), the program ends once the last callback returns:
+ * fiber_shutdown(), then exit status FIBER_EXIT_REQUEUE, without running
+ * atexit handlers (other threads are still running); the callbacks must
+ * therefore have saved what the restarted run needs.
  *
  * Only in the master.  Returns 0, FIBER_ENOTINIT (before fiber_init()),
  * FIBER_ENOTSUP (in a child job), FIBER_EINVAL (a 17th callback) or

@@ -324,6 +324,18 @@ static void py_stop_trampoline(void *user, int sig)
     if (!r)
         PyErr_WriteUnraisable((PyObject *)user);
     Py_XDECREF(r);
+    /* A requeued master ends right after its callbacks, without Python's
+     * own exit: what they printed must be out by then. */
+    const char *streams[] = {"stdout", "stderr"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *f = PySys_GetObject(streams[i]); /* borrowed */
+        PyObject *res = f && f != Py_None
+                            ? PyObject_CallMethod(f, "flush", NULL)
+                            : NULL;
+        if (!res)
+            PyErr_Clear();
+        Py_XDECREF(res);
+    }
     PyGILState_Release(g);
 }
 

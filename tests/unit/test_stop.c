@@ -210,6 +210,34 @@ TEST(helper_exits_during_callback)
     exit(0);
 }
 
+/* A master of `fiber run --requeue`: it ends once its callback returns,
+ * with its jobs stopped, while its main thread still works. */
+static void saved_then_return(void *user, int sig)
+{
+    FB_UNUSED(user);
+    printf("checkpoint saved (signal %d)\n", sig); /* no fflush: fiber's */
+}
+
+TEST(helper_requeued_master)
+{
+    CHECK_OK(fiber_on_stop_requested(saved_then_return, NULL));
+    fiber_pool *p;
+    fiber_pool_opts o = {.workers = 1};
+    CHECK_OK(fiber_pool_create(&p, &o));
+    int x = 2;
+    fiber_buf out = {0};
+    CHECK_OK(fiber_pool_apply(p, "triple", &x, sizeof x, &out));
+    fiber_buf_free(&out);
+    printf("ready\n");
+    fflush(stdout);
+    for (int i = 0; i < 3000; i++) {
+        if (fiber_pool_apply(p, "triple", &x, sizeof x, NULL) != 0)
+            break; /* the shutdown under way */
+        sleep_ms(10);
+    }
+    printf("main loop ended\n");
+}
+
 /* ---- cases ------------------------------------------------------------- */
 
 TEST(unarmed_signals_end_the_program_as_before)
@@ -369,6 +397,27 @@ TEST(resumed_count_comes_from_the_environment)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2);
     CHECK_CONTAINS(h.text, "FIBER_RESUMED");
     CHECK_EQ(fiber_resumed(), 0); /* this master was never restarted */
+}
+
+TEST(a_requeued_master_ends_with_75_once_its_callback_returns)
+{
+    struct helper h;
+    const char *env[] = {"FIBER_BOOT_REQUEUE=1", NULL};
+    helper_start(&h, "helper_requeued_master", env);
+    helper_expect(&h, "ready", 30000);
+    CHECK(kill(h.pid, SIGUSR1) == 0);
+    int status = helper_wait(&h);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != FIBER_EXIT_REQUEUE)
+        TH_FAIL("helper status %d, want exit %d: %s", status,
+                FIBER_EXIT_REQUEUE, h.text);
+    CHECK_CONTAINS(h.text, "checkpoint saved (signal 10)");
+    CHECK(!strstr(h.text, "main loop ended"));
+    /* Without the variable the same master just goes on. */
+    helper_start(&h, "helper_armed", NULL);
+    helper_expect(&h, "ready flag=0", 10000);
+    CHECK(kill(h.pid, SIGUSR1) == 0);
+    status = helper_wait(&h);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 TH_MAIN()
