@@ -6,9 +6,9 @@
 #   1. uninterrupted: N iterations, the final checkpoint is the reference;
 #   2. in pieces: N/3 iterations, then --resume up to N on 3 workers, not
 #      2 (results are combined in record order, whatever worker ran them);
-#   3. stopped twice: SIGTERM once iteration 10 is reported (exit 3, the
+#   3. stopped twice: SIGTERM once iteration N/15 is reported (exit 3, the
 #      stop callback and the loop save), restarted with FIBER_RESUMED=1;
-#      SIGUSR1 (Slurm's warning) once iteration 60 is reported, restarted
+#      SIGUSR1 (Slurm's warning) once iteration 2N/5 is reported, restarted
 #      with FIBER_RESUMED=2; then it runs to N.
 # Each final checkpoint (parameters, Adam's moments, observation
 # statistics, iteration, the master's generator) must equal the
@@ -65,7 +65,7 @@ grep -q "resumed cartpole from $dir/pieces.ckpt after iteration $((N / 3))" \
 cmp "$dir/ref.ckpt" "$dir/pieces.ckpt" || fail "run in pieces differs"
 
 status=0
-run_and_signal s1 10 TERM --iters "$N" --checkpoint "$dir/stop.ckpt" \
+run_and_signal s1 $((N / 15)) TERM --iters "$N" --checkpoint "$dir/stop.ckpt" \
     || status=$?
 [ $status -eq 3 ] || fail "first stop: status $status, want 3: $(tail -3 "$dir/s1.out")"
 grep -q "es: stop requested (signal 15): saved iteration" "$dir/s1.out" \
@@ -76,7 +76,7 @@ it1=$(sed -n 's/^stopped by signal 15 after iteration \([0-9]*\),.*/\1/p' "$dir/
 [ "$it1" -lt "$N" ] || fail "the first stop came after the last iteration"
 
 status=0
-FIBER_RESUMED=1 run_and_signal s2 60 USR1 --iters "$N" \
+FIBER_RESUMED=1 run_and_signal s2 $((N * 2 / 5)) USR1 --iters "$N" \
     --checkpoint "$dir/stop.ckpt" || status=$?
 [ $status -eq 3 ] || fail "second stop: status $status, want 3: $(tail -3 "$dir/s2.out")"
 grep -q "resumed cartpole from $dir/stop.ckpt after iteration $it1" \
