@@ -17,6 +17,15 @@
 #                                       (the FIBER_K8S_* ones are fiber's own
 #                                       config keys: a fiber program run after
 #                                       that talks to this cluster)
+#   scripts/k8s-local.sh progress-note LOG
+#                                       what the build log LOG says make is
+#                                       doing now (one line; for the progress
+#                                       lines, and tests/scripts/progress_test.sh)
+#
+# Progress: `build` and `start` print a line per stage with the time so
+# far ("k8s-local: apt-get source kubernetes (3/6), 41s so far"), and a
+# step that takes long (the go build: minutes) a line every 30 s
+# (FIBER_PROGRESS_INTERVAL) saying what it is doing (scripts/progress.sh).
 #
 # Inputs (environment, all optional):
 #   K8S_LOCAL_DIR        state dir (certs, tokens, etcd data, logs, pid files);
@@ -78,6 +87,8 @@
 #   5. The results are copied to $CACHE/bin/; the source tree and
 #      _output are then deleted (a rebuild starts from `apt-get source`).
 set -eu
+# shellcheck source=scripts/progress.sh
+. "$(cd "$(dirname "$0")" && pwd)/progress.sh"
 
 DIR=${K8S_LOCAL_DIR:-/tmp/fiber-k8s}
 CACHE=${K8S_LOCAL_CACHE:-/var/cache/fiber-k8s}
@@ -220,25 +231,31 @@ do_build() {
         return 0
     fi
     local t0=$SECONDS
+    progress_start k8s-local 6
+    log "building the Kubernetes binaries once for this machine (5.5 to 15 minutes; cached in $CACHE/bin)"
+    progress_stage 1 "apt-get update (with a deb-src entry for the Kubernetes source)"
     ensure_deb_src
-    log "apt-get update"
-    apt_get update -q >"$CACHE/apt-update.log" 2>&1 || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
+    progress_run "apt-get update" apt_get_update_logged \
+        || { tail -n 20 "$CACHE/apt-update.log" >&2; die "apt-get update failed"; }
     apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Version: .*1\.20\.' \
         || die "no kubernetes 1.20 source package visible to apt (deb-src for bookworm main missing?)"
-    apt_install golang-go rsync jq dpkg-dev golang-github-modern-go-reflect2-dev
+    progress_stage 2 "installing Go and the build tools (when missing)"
+    progress_run "installing Go and the build tools" \
+        apt_install golang-go rsync jq dpkg-dev golang-github-modern-go-reflect2-dev
     command -v go >/dev/null || die "go not found after installing golang-go"
     local r2=/usr/share/gocode/src/github.com/modern-go/reflect2
     [ -f "$r2/reflect2.go" ] || die "$r2 missing (package golang-github-modern-go-reflect2-dev)"
 
     local src
     rm -rf "${CACHE:?}/src"; mkdir -p "$CACHE/src"
-    log "apt-get source kubernetes -> $CACHE/src"
-    (cd "$CACHE/src" && apt_get -o APT::Sandbox::User=root source -q kubernetes) >"$CACHE/apt-source.log" 2>&1 \
+    progress_stage 3 "apt-get source kubernetes -> $CACHE/src"
+    progress_run "apt-get source kubernetes" apt_get_source_logged \
         || { tail -n 20 "$CACHE/apt-source.log" >&2; die "apt-get source kubernetes failed"; }
     src=$(ls -d "$CACHE"/src/kubernetes-*/ 2>/dev/null | head -n1)
     [ -n "$src" ] && [ -f "$src/Makefile" ] || die "unpacked kubernetes source not found under $CACHE/src"
     src=${src%/}
 
+    progress_stage 4 "patching the source"
     log "replacing vendored modern-go/reflect2 1.0.1 with Debian's 1.0.2 (Go >= 1.18 fix)"
     rm -rf "$src/vendor/github.com/modern-go/reflect2"
     mkdir -p "$src/vendor/github.com/modern-go/reflect2"
@@ -248,13 +265,15 @@ do_build() {
 
     local what="" b
     for b in $K8S_BINS; do what="$what cmd/$b"; done
-    log "building $K8S_BINS with $(go version | awk '{print $3}') (5.5 min on 2 quiet cores, up to 15 loaded; log: $CACHE/build.log)"
+    progress_stage 5 "building $K8S_BINS with $(go version | awk '{print $3}') (5.5 min on 2 quiet cores, up to 15 loaded; log: $CACHE/build.log)"
     mkdir -p "$CACHE/home"
-    if ! (cd "$src" && env -u GOFLAGS -u GO111MODULE HOME="$CACHE/home" CGO_ENABLED=0 GOPROXY=off \
-            make WHAT="${what# }") >"$CACHE/build.log" 2>&1; then
+    : >"$CACHE/build.log"
+    if ! PROGRESS_NOTE_CMD="build_note \"\$CACHE/build.log\"" \
+            progress_run "make" make_k8s "$src" "${what# }"; then
         tail -n 40 "$CACHE/build.log" >&2
         die "kubernetes build failed (full log: $CACHE/build.log)"
     fi
+    progress_stage 6 "copying the binaries to $CACHE/bin"
     local out
     for b in $K8S_BINS; do
         out=$src/_output/local/bin/linux/amd64/$b
@@ -267,6 +286,41 @@ do_build() {
     rm -rf "${CACHE:?}/src" "${CACHE:?}/home"   # ~2 GB of source + Go cache; the binaries are all we need
     log "built $("$APISERVER_BIN" --version): $K8S_BINS in $((SECONDS - t0)) s -> $CACHE/bin"
     exec 9>&-
+}
+
+# The build's long steps, each with its output in its log (progress_run
+# prints to standard error meanwhile).
+apt_get_update_logged() {
+    apt_get update -q >"$CACHE/apt-update.log" 2>&1
+}
+
+apt_get_source_logged() {
+    (cd "$CACHE/src" && apt_get -o APT::Sandbox::User=root source -q kubernetes) >"$CACHE/apt-source.log" 2>&1
+}
+
+# make_k8s SRC WHAT: the one make that builds the four binaries.
+make_k8s() {
+    (cd "$1" && env -u GOFLAGS -u GO111MODULE HOME="$CACHE/home" CGO_ENABLED=0 GOPROXY=off \
+        make WHAT="$2") >"$CACHE/build.log" 2>&1
+}
+
+# build_note LOG: what make is doing, from its log: Kubernetes' build
+# prints "+++ [date] Building go targets for linux/amd64:" and the targets,
+# indented, for each go build: first the code generators (a few seconds
+# each), then one build of the four binaries (the minutes).  Prints
+# nothing before the first.
+build_note() {
+    awk '
+        /Building go targets for/ { n++; t = ""; getting = 1; next }
+        getting && /^[ \t]+[^ \t]/ { sub(/^[ \t]+/, ""); k = split($0, p, "/"); t = t (t ? " " : "") p[k]; next }
+        { getting = 0 }
+        END {
+            if (n == 0) exit
+            if (t ~ /kube-apiserver|kubelet/)
+                print "compiling " t " (one go build, the long part)"
+            else
+                print "code generator " t " (go build " n ")"
+        }' "$1" 2>/dev/null
 }
 
 # --------------------------------------------------------------- helpers ---
@@ -704,15 +758,23 @@ unmount_kubelet_dir() {
 do_start() {
     command -v curl >/dev/null || apt_install curl
     [ -x "$APISERVER_BIN" ] || do_build
+    progress_start k8s-local 7
+    progress_stage 1 "certificates and tokens"
     gen_pki
     command -v jq >/dev/null || apt_install jq
+    progress_stage 2 "etcd"
     start_etcd
-    start_apiserver
+    progress_stage 3 "kube-apiserver"
+    progress_run "waiting for kube-apiserver" start_apiserver
+    progress_stage 4 "namespaces and roles"
     bootstrap
+    progress_stage 5 "kube-controller-manager and kube-scheduler"
     start_controllers
+    progress_stage 6 "the kubelet"
     start_kubelet
-    wait_node
-    log "ready: $SERVER, node $NODE_NAME (state: $DIR); eval \"\$($0 env)\""
+    progress_stage 7 "waiting for node $NODE_NAME to be Ready"
+    progress_run "waiting for node $NODE_NAME" wait_node
+    log "ready: $SERVER, node $NODE_NAME (state: $DIR), $(progress_elapsed); eval \"\$($0 env)\""
 }
 
 # ----------------------------------------------------------------- stop ----
@@ -774,6 +836,7 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     build) do_build ;;
+    progress-note) [ $# -eq 1 ] || die "usage: $0 progress-note LOG"; build_note "$1" ;;
     start) do_start ;;
     stop) do_stop "$@" ;;
     status)

@@ -21,6 +21,11 @@
 #           AuthInfo=socket=... points them at the private munged.
 #   install Only installs the missing packages (exit 1 if it cannot).
 #
+# Progress: start prints a line per stage with the time so far
+# ("slurm-local: waiting for the 4 nodes to be idle (5/6), 3s so far"),
+# and the package install, which may take minutes, a line every 30 s
+# (FIBER_PROGRESS_INTERVAL; scripts/progress.sh).
+#
 # Everything lives under one directory, ${SLURM_LOCAL_DIR:-/tmp/fiber-slurm}:
 #   slurm.conf            the cluster configuration
 #   munge/                munge.key munge.socket munged.pid munged.log munged.seed
@@ -41,6 +46,8 @@
 # Daemons run as the invoking user (root on the test machines), so jobs
 # run as whoever submits them.  Debian 12 ships Slurm 22.05.
 set -eu
+# shellcheck source=scripts/progress.sh
+. "$(cd "$(dirname "$0")" && pwd)/progress.sh"
 
 DIR=${SLURM_LOCAL_DIR:-/tmp/fiber-slurm}
 NODES=${SLURM_LOCAL_NODES:-4}
@@ -179,9 +186,10 @@ install_pkgs() {
   # Waits for the dpkg lock (10 min) and for the project's other scripts
   # (scripts/deps.sh, k8s-local.sh) instead of failing while they install.
   apt="$SUDO flock /var/lock/fiber-apt.lock apt-get -o DPkg::Lock::Timeout=600"
-  $apt update -qq || die "apt-get update failed"
+  [ -n "${_PG_T0:-}" ] || progress_start slurm-local 1
+  progress_run "apt-get update" $apt update -qq || die "apt-get update failed"
   # shellcheck disable=SC2086
-  $apt install -y -qq --no-install-recommends $missing >/dev/null ||
+  progress_run "installing$missing" $apt install -y -qq --no-install-recommends $missing >/dev/null ||
     die "apt-get install failed:$missing"
 }
 
@@ -355,6 +363,8 @@ do_start() {
     use_conf; sinfo
     return 0
   fi
+  progress_start slurm-local 6
+  progress_stage 1 "Slurm's packages (installed when missing)"
   install_pkgs
   # Half-running (a daemon died)?  Start over cleanly.
   [ -z "$(ours)" ] || { say "stopping leftovers of an earlier run"; do_stop >/dev/null 2>&1; }
@@ -368,7 +378,9 @@ do_start() {
   write_conf
   # A failed start leaves nothing running (its logs are kept).
   trap start_failed EXIT
+  progress_stage 2 "munged"
   start_munged
+  progress_stage 3 "slurmctld"
   spawn "$DIR/run/slurmctld.pid" slurmctld slurmctld -D -f "$CONF"
   use_conf
   n=100
@@ -376,13 +388,16 @@ do_start() {
     n=$((n - 1)); [ "$n" -gt 0 ] || { log_tails; die "slurmctld does not answer"; }
     sleep 0.1
   done
+  progress_stage 4 "$NODES slurmd"
   for n in $(node_names); do
     spawn "$DIR/run/slurmd-$n.pid" "slurmd-$n" slurmd -D -N "$n" -f "$CONF"
   done
+  progress_stage 5 "waiting for the $NODES nodes to be idle"
   wait_idle
+  progress_stage 6 "one test job, to the end"
   warm_up
   trap - EXIT
-  say "running: $NODES nodes x $CPUS CPUs, slurmctld port $PORT, state in $DIR"
+  say "running: $NODES nodes x $CPUS CPUs, slurmctld port $PORT, state in $DIR ($(progress_elapsed) to start)"
   say "clients: eval \"\$($0 env)\""
   sinfo
 }
@@ -444,7 +459,10 @@ lock() {
   mkdir -p "$DIR" || die "cannot create $DIR"
   if command -v flock >/dev/null 2>&1; then
     exec 9>"$DIR/.lock"
-    flock -w 180 9 || die "another start/stop of $DIR takes too long"
+    if ! flock -n 9; then
+      say "waiting for another start or stop of $DIR (up to 180 s)"
+      flock -w 180 9 || die "another start/stop of $DIR takes too long"
+    fi
   fi
 }
 

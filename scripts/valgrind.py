@@ -47,6 +47,9 @@ SKIP = [
      "program built here (make test runs it; the extension's C is the "
      "library's, which the other cases check)"),
     (r"^es\.cartpole$|^soak\.", "trains or soaks for minutes natively"),
+    (r"^docs\.|^scripts\.", "checks the docs and the scripts: runs python, "
+     "the C compiler and sh (docs.config_keys's one fiber call, "
+     "fiber_config_get, is covered by test_config)"),
     (r"^test_tool\.", "runs the fiber command, a shell and cmake"),
     (r"^test_local\.",
      "the local backend's own cases assert what valgrind changes: a pidfd "

@@ -539,6 +539,8 @@ typedef struct fiber_pool_stats {
     int workers_target;
     size_t tasks_queued;      /* submitted, not yet sent to a worker */
     size_t tasks_in_flight;   /* sent, result not yet back */
+    int workers_starting;     /* of workers_alive: launched, not yet
+                                 connected and initialized */
     uint64_t workers_retired_at_limit; /* drained and replaced ahead of
                                           their job's time limit */
 } fiber_pool_stats;
@@ -1410,8 +1412,9 @@ FIBER_API int fiber_manager_state(fiber_buf **state);
  * docker_socket configuration key (default /var/run/docker.sock), speaking
  * the API version the daemon reports on /_ping, at most 1.41.  Every call
  * that talks to it may block for as long as the daemon takes; a daemon
- * that cannot be reached fails the call with FIBER_EUNREACHABLE and a
- * message that names the socket and says what to do.
+ * that cannot be reached fails the call with FIBER_EUNREACHABLE (one that
+ * does not answer in time: FIBER_ETIMEDOUT) and a message that names the
+ * socket and says what to do.
  * ------------------------------------------------------------------------ */
 
 /* Builds a container image of program and imports it into the Docker
@@ -1461,6 +1464,31 @@ FIBER_API int fiber_image_build_trees(const char *program,
                                       const char *const *trees,
                                       const char *const *excludes,
                                       const char *tag, fiber_buf *id_out);
+
+/* One line of progress (no new line at its end), for as long as the call
+ * that reports it runs; the text is gone when the function returns. */
+typedef void (*fiber_progress_fn)(void *ud, const char *line);
+
+/* What fiber_image_build_with builds; zero it, then set what you need. */
+typedef struct fiber_image_build_opts {
+    const char *tag;             /* NULL: fiber_image_default_tag() */
+    const char *const *trees;    /* as fiber_image_build_trees; NULL: none */
+    const char *const *excludes; /* NULL: none */
+    fiber_progress_fn progress;  /* NULL: quiet */
+    void *progress_ud;           /* handed to progress */
+} fiber_image_build_opts;
+
+/* fiber_image_build_trees with its options in *opts (NULL: all zero), and
+ * progress: when opts->progress is set, it is called once per stage of
+ * the build, from the caller's thread, with a line saying what is being
+ * done or was found: the program and its loader, how many libraries the
+ * loader listed, how many files and bytes the trees and the whole archive
+ * hold, the import into the Docker Engine (where, as which tag), and the
+ * result (the image id, the time taken).  `fiber image build` prints them
+ * on stderr.  Returns as fiber_image_build_trees does. */
+FIBER_API int fiber_image_build_with(const char *program,
+                                     const fiber_image_build_opts *opts,
+                                     fiber_buf *id_out);
 
 /* Writes program's default image tag into buf (size bytes):
  * "fiber/<program's base name, lower-cased>:<first 12 hex digits of its
@@ -1570,6 +1598,69 @@ FIBER_API int fiber_run_kill(const char *run, fiber_buf *report);
  * NULL).  Returns 0, FIBER_ENOKEY, FIBER_ESTATE, FIBER_EUNREACHABLE (when
  * containers had to be removed), FIBER_ESYS. */
 FIBER_API int fiber_run_clean(const char *run, fiber_buf *report);
+
+/* Watching a live run (what `fiber top` does).
+ *
+ * A master publishes, in its run directory ($TMPDIR/fiber-<uid>/<run>/,
+ * mode 0700), the address of its socket (master.addr) and the run's
+ * token (master.token, mode 0600) once its first job starts.  A watcher
+ * on the same host, as the same user, reads both, dials that address
+ * (encrypted over TCP, as a job's connection is), proves itself with the
+ * token in HELLO, exactly as a job does, and then asks for snapshots.  A
+ * peer without the token is dropped by the master like any peer that
+ * fails authentication.  So a master on this host (local, or a Docker
+ * container with host networking and the run directory mounted, or a
+ * Slurm job on this node) can be watched.  A run with no run directory
+ * here is looked for on the Kubernetes cluster when one is configured
+ * (backend = kubernetes, or k8s_server): the address and the encryption
+ * setting come from the environment of one of its job pods, the token
+ * from its Secret "<run>-boot", so the configured account must be allowed
+ * to read pods and secrets of the namespace, and the master's pod IP must
+ * be reachable from here. */
+typedef struct fiber_pool_row {
+    char name[64];        /* "Pool1", or the pool's job name */
+    fiber_pool_stats st;  /* its counters (fiber_pool_stats_get) */
+} fiber_pool_row;
+
+typedef struct fiber_run_stats {
+    long pid;             /* the master's process id (in its namespace) */
+    char backend[64];     /* the master's backend: "local", "docker"... */
+    uint64_t uptime_ms;   /* since the master process started */
+    uint64_t cpu_user_us; /* the master process's CPU time, all threads */
+    uint64_t cpu_sys_us;
+    uint64_t rss_bytes;   /* its resident memory */
+    size_t n_pools;
+    fiber_pool_row *pools; /* its live pools, newest first */
+} fiber_run_stats;
+
+typedef struct fiber_run_watch fiber_run_watch;
+
+/* Connects to the master of run (a run id; see fiber_runs_list) and
+ * authenticates, waiting at most timeout_ms (-1: the connect_timeout_ms
+ * key).  Returns 0 with *out a handle to close with
+ * fiber_run_watch_close(); FIBER_EINVAL (not a run id), FIBER_ENOKEY (no
+ * such run on this host), FIBER_ESTATE (the run has no live master, or it
+ * has not published where it listens: it started no job yet, or it ended),
+ * FIBER_ENOTSUP (a master fiber cannot reach from here; message says why),
+ * FIBER_EUNREACHABLE (its socket does not answer), FIBER_EAUTH (the master
+ * refused the token; its reason is in the message), FIBER_ETIMEDOUT,
+ * FIBER_EPROTO, FIBER_ENOMEM, FIBER_ESYS. */
+FIBER_API int fiber_run_watch_open(fiber_run_watch **out, const char *run,
+                                   int timeout_ms);
+
+/* Asks the master for a snapshot and waits for it at most timeout_ms.
+ * *out must be zeroed or freed; on success it holds the snapshot (free it
+ * with fiber_run_stats_free()).  Returns 0, FIBER_ECLOSED (the master
+ * went away), FIBER_ETIMEDOUT, FIBER_EPROTO, FIBER_ENOMEM, FIBER_EINVAL. */
+FIBER_API int fiber_run_watch_read(fiber_run_watch *w, fiber_run_stats *out,
+                                   int timeout_ms);
+
+/* Frees what fiber_run_watch_read() stored and zeroes *s.  NULL is a
+ * no-op. */
+FIBER_API void fiber_run_stats_free(fiber_run_stats *s);
+
+/* Closes the connection and frees the handle.  NULL is a no-op. */
+FIBER_API void fiber_run_watch_close(fiber_run_watch *w);
 
 /* Starting a program's master as a run (what `fiber run` does). */
 typedef struct fiber_run_opts {

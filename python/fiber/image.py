@@ -61,11 +61,13 @@ def default_tag(script=None):
     return "fiber/python-%s:%s" % (name, h.hexdigest()[:12])
 
 
-def build(script=None, tag=None):
-    """Builds and imports the image; returns (image id, tag)."""
+def build(script=None, tag=None, progress=False):
+    """Builds and imports the image; returns (image id, tag).  With
+    progress, a line per stage of the build goes to stderr."""
     tag = tag or default_tag(script)
     image_id = _fiber.image_build(os.path.abspath(sys.executable),
-                                  _trees(script), _excludes(), tag)
+                                  _trees(script), _excludes(), tag,
+                                  bool(progress))
     return image_id, tag
 
 
@@ -82,7 +84,7 @@ def main(argv=None):
                    "<program>:<hash>)")
     args = ap.parse_args(argv)
     try:
-        image_id, tag = build(args.script, args.tag)
+        image_id, tag = build(args.script, args.tag, progress=True)
     except _fiber.FiberError as e:
         print("fiber image build: %s" % e, file=sys.stderr)
         return 1

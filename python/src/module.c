@@ -2,6 +2,7 @@
  * module.c -- the module fiber._fiber: errors, the runtime (init, config,
  * the job command) and the helpers the other parts share.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,15 +286,26 @@ static PyObject *py_set_handlers(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* image_build(program, trees, excludes, tag) -> image id: builds a
- * container image of an interpreter and the trees it needs
- * (fiber_image_build_trees), imported into the Docker Engine. */
+/* Prints a stage of an image build on stderr (C's: no GIL needed). */
+static void image_progress(void *ud, const char *line)
+{
+    (void)ud;
+    fprintf(stderr, "fiber: %s\n", line);
+    fflush(stderr);
+}
+
+/* image_build(program, trees, excludes, tag, progress=False) -> image id:
+ * builds a container image of an interpreter and the trees it needs
+ * (fiber_image_build_with), imported into the Docker Engine; with
+ * progress, a line per stage goes to stderr. */
 static PyObject *py_image_build(PyObject *self, PyObject *args)
 {
     (void)self;
     const char *program, *tag = NULL;
     PyObject *trees, *excludes;
-    if (!PyArg_ParseTuple(args, "sOO|z", &program, &trees, &excludes, &tag))
+    int progress = 0;
+    if (!PyArg_ParseTuple(args, "sOO|zp", &program, &trees, &excludes, &tag,
+                          &progress))
         return NULL;
     const char **t = str_array(trees, "trees");
     const char **x = t ? str_array(excludes, "excludes") : NULL;
@@ -301,10 +313,12 @@ static PyObject *py_image_build(PyObject *self, PyObject *args)
         PyMem_Free(t);
         return NULL;
     }
+    fiber_image_build_opts o = {.tag = tag, .trees = t, .excludes = x,
+                                .progress = progress ? image_progress : NULL};
     fiber_buf id = {0};
     int rc;
     char msg[1024] = "";
-    FBP_CALL(rc, msg, fiber_image_build_trees(program, t, x, tag, &id));
+    FBP_CALL(rc, msg, fiber_image_build_with(program, &o, &id));
     PyMem_Free(t);
     PyMem_Free(x);
     PyObject *res = rc ? fbp_raise(rc, msg)
@@ -406,7 +420,8 @@ static PyMethodDef module_methods[] = {
     {"set_handlers", py_set_handlers, METH_VARARGS,
      "set_handlers(task, method): the worker side's Python entry points."},
     {"image_build", py_image_build, METH_VARARGS,
-     "image_build(program, trees, excludes, tag=None) -> image id."},
+     "image_build(program, trees, excludes, tag=None, progress=False) "
+     "-> image id."},
     {"stop_arm", py_stop_arm, METH_VARARGS,
      "stop_arm(fn or None): fiber_on_stop_requested."},
     {"stop_requested", py_stop_requested, METH_NOARGS,

@@ -473,6 +473,8 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
     fb_spin_init(&p->spin, 50);
     if (rc == 0)
         rc = start_bg(p);
+    if (rc == 0)
+        fb_pool_registry_add(p); /* fiber top shows its workers starting */
     /* Launch in small groups, letting go of the lock between them, so
      * that the first workers are admitted while the rest start. */
     for (int started = 0; rc == 0 && started < p->target;) {
@@ -498,6 +500,7 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
             pthread_mutex_unlock(&p->mu);
             pthread_join(p->bg, NULL);
         }
+        fb_pool_registry_remove(p);
         fb_pool_sched_fini(p);
         pool_release(p);
         return rc;
@@ -1202,6 +1205,7 @@ FIBER_API int fiber_pool_stats_get(fiber_pool *p, fiber_pool_stats *st)
     st->workers_target = p->target;
     st->tasks_queued = p->queued + RETRIES(p);
     st->tasks_in_flight = p->count.inflight;
+    st->workers_starting = p->count.starting;
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -1231,6 +1235,7 @@ FIBER_API void fiber_pool_free(fiber_pool *p)
 {
     if (!p || check_pool(p))
         return;
+    fb_pool_registry_remove(p);
     stop_idle_workers(p);
     fiber_pool_terminate(p);
     pthread_mutex_lock(&p->mu);

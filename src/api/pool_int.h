@@ -238,9 +238,17 @@ struct fiber_pool {
 
     pthread_t bg;
     int bg_running, bg_stop;
+
+    /* the registry of live pools (pool_watch.c; its lock, not mu) */
+    struct fiber_pool *reg_prev, *reg_next;
+    int registered;
 };
 
 #define RETRIES(p) ((p)->retry.len + (p)->suspect.len)
+
+/* pool_watch.c: the list `fiber top` reads.  Called without mu. */
+void fb_pool_registry_add(struct fiber_pool *p);
+void fb_pool_registry_remove(struct fiber_pool *p);
 
 /* pool_sets.c */
 void fb_wlist_init(struct fb_wlist *l, int link);

@@ -8,8 +8,16 @@
  *
  * Threading: the runtime calls every op with its lock held, so ops on one
  * backend are never concurrent and a backend needs no locking of its own.
- * Ops must therefore not block for long; the comment on each says how long
- * it may.
+ * An op never releases that lock, not even around a slow step: another
+ * thread would find the runtime half-changed (a backend being opened, a
+ * job half-made).  So an op calls nothing that takes the lock
+ * (fiber_config_get and the other public calls do): it reads its
+ * configuration from be->cfg.  Ops must not block for long; the comment
+ * on each says how long it may.  What must take longer (an image build)
+ * runs where no runtime loop waits on it: in init, which is called from
+ * fb_service_start before the service thread exists, or in a thread of
+ * the backend's own that touches no runtime state (say so where it is
+ * started, and join it in fini).
  *
  * Ownership: the runtime allocates struct fb_backend (with state_size bytes
  * of private state at ->state) and each struct fb_job (with job_size bytes
@@ -93,9 +101,13 @@ struct fb_backend_ops {
     size_t job_size;
 
     /* Prepares the backend (checks that its engine is reachable).  May
-     * block for a few seconds talking to the engine.  Returns 0 or a
-     * FIBER_E* code with fiber_last_error() saying what is wrong and what
-     * to do; on failure fini is not called. */
+     * block for a few seconds talking to the engine, and for as long as a
+     * preparation the configuration asks for takes (docker_build_image:
+     * building the program's image, a second or more): it runs before the
+     * service thread starts, so only other threads' fiber calls wait for
+     * it, as they would for the backend anyway.  Returns 0 or a FIBER_E*
+     * code with fiber_last_error() saying what is wrong and what to do; on
+     * failure fini is not called. */
     int (*init)(struct fb_backend *be);
 
     /* Releases what init acquired.  Every job has been released before.

@@ -23,4 +23,14 @@ static inline void fb_json_push(json_t *a, json_t *v, int *bad)
         *bad = 1;
 }
 
+/* Ends the building of o: o, or NULL (o freed) when anything failed. */
+static inline json_t *fb_json_done(json_t *o, int bad)
+{
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 #endif /* FB_BACKEND_JSON_UTIL_H */

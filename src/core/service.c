@@ -38,6 +38,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/stats_srv.h"
 
 #define EV_LISTEN 1u
 #define EV_WAKE 2u
@@ -292,6 +293,12 @@ static void check_hello(struct fb_pending *p, const struct fb_wire_hdr *h,
         reject_pending(p, "authentication failed: wrong token");
         return;
     }
+    if (m.job_id == FB_MONITOR_JOB_ID) { /* fiber top: core/stats_srv.c */
+        pending_unlink(p);
+        fb_stats_adopt(&p->conn);
+        free(p);
+        return;
+    }
     struct fb_jobrec *j = fb_rt_find_job(m.job_id);
     if (!j || j->ever_connected || j->ended) {
         snprintf(why, sizeof why, "job %llu is unknown or already connected",
@@ -469,6 +476,9 @@ static void dispatch(const struct epoll_event *ev)
         if ((j = fb_rt_find_job(d >> 3)))
             poll_one(j);
         break;
+    case FB_EV_MONITOR:
+        fb_stats_on_event((void *)(uintptr_t)(d & ~(uint64_t)7), ev->events);
+        break;
     }
 }
 
@@ -642,6 +652,8 @@ int fb_service_start(void)
         rc = open_poller();
     if (rc == 0)
         rc = start_thread();
+    if (rc == 0)
+        fb_stats_publish();
     if (rc) {
         close_fds();
         return rc;
@@ -663,6 +675,7 @@ void fb_service_stop(void)
     }
     fb_rt_lock();
     R->service_running = 0;
+    fb_stats_stop();
     while (R->pending) {
         struct fb_pending *p = R->pending;
         pending_unlink(p);

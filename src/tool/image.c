@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "tool.h"
 
@@ -15,7 +14,10 @@ static const char image_help[] =
     "Builds a minimal container image of PROGRAM and imports it into the\n"
     "Docker Engine (no registry): the program, the shared libraries the\n"
     "dynamic loader finds for it, the loader and an empty /tmp, each at the\n"
-    "same path as on this host.  Prints the image's id, tag and size.\n"
+    "same path as on this host.  Prints the image's id, tag and size on\n"
+    "stdout, and a line per stage of the build on stderr (the program and\n"
+    "its loader, the libraries found, the files and bytes collected, the\n"
+    "import, the result).\n"
     "\n"
     "options:\n"
     "  -t, --tag NAME[:TAG]  the image's name (default fiber/<program>:<first\n"
@@ -29,11 +31,12 @@ static const char image_help[] =
     "interpreter that runs it) adds the interpreter's standard library,\n"
     "sys.path and the program's folder (docs/python.md).\n";
 
-static double now_s(void)
+/* Prints a stage of the build on stderr, as it happens. */
+static void print_progress(void *ud, const char *line)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    (void)ud;
+    fprintf(stderr, "fiber: %s\n", line);
+    fflush(stderr);
 }
 
 static int image_build(int argc, char **argv)
@@ -67,12 +70,11 @@ static int image_build(int argc, char **argv)
             return tool_fail(rc, "image build");
         tag = default_tag;
     }
-    double t0 = now_s();
     fiber_buf id = {0};
-    int rc = fiber_image_build(program, tag, &id);
+    fiber_image_build_opts opts = {.tag = tag, .progress = print_progress};
+    int rc = fiber_image_build_with(program, &opts, &id);
     if (rc)
         return tool_fail(rc, "image build");
-    double took = now_s() - t0;
     fiber_image_info info;
     int irc = fiber_image_inspect(tag, &info);
     printf("image  %s\n", (const char *)id.data);
@@ -83,7 +85,6 @@ static int image_build(int argc, char **argv)
         printf("size   %s (%lld bytes)\n", size, (long long)info.size_bytes);
     }
     fiber_buf_free(&id);
-    fprintf(stderr, "fiber: built in %.2f s\n", took);
     if (irc)
         return tool_fail(irc, "image build: the image was made, but");
     return TOOL_OK;

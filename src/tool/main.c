@@ -21,6 +21,7 @@ static const char usage_text[] =
     "  logs RUN [JOB]                    print what a run's jobs logged\n"
     "  kill RUN                          stop a run\n"
     "  clean [RUN...]                    remove what dead runs left behind\n"
+    "  top [RUN]                         watch a live run's pools and master\n"
     "  image build PROGRAM [--tag NAME]  make a container image of PROGRAM\n"
     "  doctor                            check which backends can be used\n"
     "  version                           print fiber's version\n"
@@ -38,7 +39,7 @@ static const struct {
 } commands[] = {
     {"run", cmd_run},       {"ps", cmd_ps},         {"logs", cmd_logs},
     {"kill", cmd_kill},     {"clean", cmd_clean},   {"image", cmd_image},
-    {"doctor", cmd_doctor}, {"version", cmd_version},
+    {"doctor", cmd_doctor}, {"version", cmd_version}, {"top", cmd_top},
 };
 
 void tool_say(const char *fmt, ...)

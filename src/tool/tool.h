@@ -34,6 +34,7 @@ int cmd_logs(int argc, char **argv);
 int cmd_kill(int argc, char **argv);
 int cmd_clean(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 /* Prints "fiber: <message>" to stderr. */
 void tool_say(const char *fmt, ...) FIBER_PRINTF(1, 2);

@@ -614,6 +614,9 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
     int obj = fb_wire_check_obj(h, p, err, errlen);
     if (obj != 1)
         return obj;
+    int stats = fb_wire_check_stats(h, p, err, errlen);
+    if (stats != 1)
+        return stats;
     return proto_fail(err, errlen, "header type: unknown value %u", h->type);
 }
 
@@ -763,7 +766,8 @@ int fb_wire_put_pong(fiber_buf *out, uint64_t id)
 int fb_wire_put_empty(fiber_buf *out, unsigned type, uint64_t id)
 {
     if (type != FB_MSG_PING && type != FB_MSG_PONG && type != FB_MSG_READY &&
-        type != FB_MSG_STOP && type != FB_MSG_HEARTBEAT)
+        type != FB_MSG_STOP && type != FB_MSG_HEARTBEAT &&
+        type != FB_MSG_STATS)
         return fb_err(FIBER_EINVAL, "%s is not an empty message",
                       fb_msg_type_name(type));
     return put_frame(out, type, 0, id, NULL, 0);

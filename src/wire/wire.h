@@ -98,6 +98,23 @@
  *            that follow belong to calls whose shared argument is ref
  *            (fiber_task_shared).  ref[40], or empty: none.
  *
+ *  Watching a run (`fiber top`; wire_stats.c), on the master's own
+ *  socket: the monitor sends HELLO with the run's token and job id 0 (no
+ *  job has id 0; its build id is not checked, since the monitor is the
+ *  fiber command, not the program) and gets WELCOME, then asks:
+ *   STATS    monitor->master, empty: header id = request id.
+ *   SNAPSHOT master->monitor: header id = the request's id.
+ *            u8 format (FB_WIRE_SNAPSHOT_FORMAT: a decoder refuses any
+ *            other, so a later layout is a new format number, never a
+ *            silent misreading) | u32 pid | u64 uptime_ms | u64 cpu_user_us
+ *            | u64 cpu_sys_us | u64 rss_bytes | u8 n | backend[n] (a name)
+ *            | u32 n_pools (0..FB_WIRE_SNAPSHOT_POOLS_MAX) | n_pools x
+ *            (u8 m | pool name[m] (a name) | u32 workers_alive | u32
+ *            workers_starting (<= workers_alive) | u32 workers_target |
+ *            u64 workers_started | u64 workers_lost | u64 tasks_submitted
+ *            | u64 tasks_done | u64 tasks_failed | u64 tasks_retried | u64
+ *            tasks_crashed | u64 tasks_queued | u64 tasks_in_flight)
+ *
  * TEXT payloads (REJECT, EXIT) are the whole payload: their length is the
  * header's len, with no prefix of their own.
  */
@@ -148,7 +165,9 @@
     X(OBJ_HAVE, 34)                                                            \
     X(OBJ_BAD, 35)                                                             \
     X(OBJ_CALL, 36)                                                            \
-    X(OBJ_FILE, 37)
+    X(OBJ_FILE, 37)                                                            \
+    X(STATS, 40)                                                               \
+    X(SNAPSHOT, 41)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -257,7 +276,8 @@ int fb_wire_put_pool(fiber_buf *out, const struct fb_msg_pool *m);
 #define FB_WIRE_FAULT_LEN (FB_WIRE_HDR_LEN + 4u)
 void fb_wire_fault_encode(uint8_t out[FB_WIRE_FAULT_LEN], uint64_t chunk_id,
                           int32_t sig, uint32_t offset);
-/* READY, STOP and HEARTBEAT: an empty frame of that type. */
+/* READY, STOP, HEARTBEAT, PING, PONG and STATS: an empty frame of that
+ * type. */
 int fb_wire_put_empty(fiber_buf *out, unsigned type, uint64_t id);
 
 /* TASK and RESULT frames are built in place, item by item, because they
@@ -390,11 +410,49 @@ int fb_wire_put_obj_bad(fiber_buf *out, const uint8_t ref[FB_WIRE_REF_LEN],
 int fb_wire_check_obj(const struct fb_wire_hdr *h, const uint8_t *p,
                       char *err, size_t errlen);
 
+/* ---- watching a run (wire_stats.c) ---- */
+#define FB_WIRE_SNAPSHOT_FORMAT 1u
+#define FB_WIRE_SNAPSHOT_POOLS_MAX 256u
+
+struct fb_msg_snapshot_pool {
+    const char *name;
+    uint8_t name_len;
+    uint32_t workers_alive, workers_starting, workers_target;
+    uint64_t workers_started, workers_lost;
+    uint64_t tasks_submitted, tasks_done, tasks_failed, tasks_retried;
+    uint64_t tasks_crashed, tasks_queued, tasks_in_flight;
+};
+
+struct fb_msg_snapshot {
+    uint32_t pid;
+    uint64_t uptime_ms, cpu_user_us, cpu_sys_us, rss_bytes;
+    const char *backend;
+    uint8_t backend_len;
+    uint32_t n_pools;
+    const uint8_t *pools; /* decoded: walk with fb_wire_snapshot_next */
+};
+
+/* SNAPSHOT: checks every pool record, so the iterator needs no checks. */
+int fb_wire_get_snapshot(const uint8_t *p, size_t len,
+                         struct fb_msg_snapshot *m, char *err, size_t errlen);
+/* Walks the pools of a decoded SNAPSHOT: *cursor starts at m->pools. */
+void fb_wire_snapshot_next(const uint8_t **cursor,
+                           struct fb_msg_snapshot_pool *pool);
+/* Appends a SNAPSHOT of m (its pools field is ignored) and the n pools of
+ * pools (n <= FB_WIRE_SNAPSHOT_POOLS_MAX). */
+int fb_wire_put_snapshot(fiber_buf *out, uint64_t id,
+                         const struct fb_msg_snapshot *m,
+                         const struct fb_msg_snapshot_pool *pools, size_t n);
+/* The payload check for STATS and SNAPSHOT (fb_wire_check_payload calls
+ * it): returns 0, FIBER_EPROTO, or 1 when h->type is neither. */
+int fb_wire_check_stats(const struct fb_wire_hdr *h, const uint8_t *p,
+                        char *err, size_t errlen);
+
 /* FAULT: exactly a u32 offset. */
 int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,
                       char *err, size_t errlen);
 
-/* PING, PONG, READY, STOP, HEARTBEAT: accepts only len == 0. */
+/* PING, PONG, READY, STOP, HEARTBEAT, STATS: accepts only len == 0. */
 int fb_wire_get_empty(size_t len, char *err, size_t errlen);
 
 /* Decodes the payload of a frame whatever its type, by dispatching on

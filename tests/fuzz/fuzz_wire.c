@@ -367,6 +367,27 @@ static void round_trip_obj(const struct fb_wire_hdr *h, const uint8_t *p,
         reparse(b, h, p, h->code, h->id);
 }
 
+/* SNAPSHOT: every pool walked with fb_wire_snapshot_next, then encoded
+ * again from the fields alone. */
+static void round_trip_snapshot(const struct fb_wire_hdr *h, const uint8_t *p,
+                                fiber_buf *b)
+{
+    struct fb_msg_snapshot m;
+    require(fb_wire_get_snapshot(p, h->len, &m, NULL, 0) == 0,
+            "SNAPSHOT redecode");
+    struct fb_msg_snapshot_pool *pools =
+        calloc(m.n_pools ? m.n_pools : 1, sizeof *pools);
+    require(pools != NULL, "out of memory");
+    const uint8_t *cur = m.pools;
+    for (uint32_t i = 0; i < m.n_pools; i++)
+        fb_wire_snapshot_next(&cur, &pools[i]);
+    require(cur == p + h->len, "SNAPSHOT pools do not end the payload");
+    require(fb_wire_put_snapshot(b, h->id, &m, pools, m.n_pools) == 0,
+            "SNAPSHOT encode");
+    reparse(b, h, p, 0, h->id);
+    free(pools);
+}
+
 static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
 {
     fiber_buf b = {0};
@@ -390,7 +411,11 @@ static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
     case FB_MSG_READY:
     case FB_MSG_STOP:
     case FB_MSG_HEARTBEAT:
+    case FB_MSG_STATS:
         round_trip_empty(h, p, &b);
+        break;
+    case FB_MSG_SNAPSHOT:
+        round_trip_snapshot(h, p, &b);
         break;
     case FB_MSG_POOL:
         round_trip_pool(h, p, &b);

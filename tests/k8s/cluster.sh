@@ -82,9 +82,15 @@ start)
     command -v flock >/dev/null || skip "flock (util-linux) is not installed"
     mkdir -p "$state"
     exec 8>"$state/lock"
-    flock -w 600 8 || fail "$state/lock stays locked"
+    if ! flock -n 8; then
+        echo "cluster.sh: waiting for another test run's start or stop of the cluster (up to 600 s)"
+        flock -w 600 8 || fail "$state/lock stays locked"
+    fi
     users_prune
     if ! "$script" status >/dev/null 2>&1; then
+        # k8s-local.sh prints a line per stage (and, building the binaries
+        # the first time, a line every 30 s) on standard error.
+        built || echo "cluster.sh: the Kubernetes binaries are not built yet: building them first (5.5 to 15 minutes, once)"
         # Bounded below ctest's own timeout, so that the reason is printed.
         timeout 1400 "$script" start 8>&- || fail "scripts/k8s-local.sh start failed"
         touch "$state/stop-cluster"

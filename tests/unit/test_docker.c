@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/docker/http.h"
+#include "backend/http/http.h"
 #include "core/child.h"
 #include "core/common.h"
 #include "core/runtime.h"
@@ -205,7 +205,7 @@ static void engine_open(void)
 {
     if (engine.easy)
         return;
-    CHECK_OK(fb_http_open(&engine, DOCKER_SOCK));
+    CHECK_OK(fb_http_open_unix(&engine, "the Docker Engine", DOCKER_SOCK));
     struct fb_http_reply r;
     CHECK_OK(fb_http_request(&engine, "GET", "/_ping", NULL, 0, NULL, 5000,
                              &r));
@@ -234,7 +234,7 @@ static long list_containers(const char *run, char ids[][80], size_t max,
     char filter[256], escaped[512], path[700];
     snprintf(filter, sizeof filter, "{\"label\":[\"fiber.run=%s\"]}", run);
     if (fb_http_escape(filter, escaped, sizeof escaped) != 0 ||
-        (!engine.easy && fb_http_open(&engine, DOCKER_SOCK) != 0))
+        (!engine.easy && fb_http_open_unix(&engine, "the Docker Engine", DOCKER_SOCK) != 0))
         return -1;
     snprintf(path, sizeof path, "/containers/json?all=%d&filters=%s",
              running_only ? 0 : 1, escaped);
@@ -1070,6 +1070,119 @@ TEST(builds_an_image_of_the_program_when_asked)
     engine_open();
     remove_image_named(tag);
     CHECK_ERR(fiber_image_inspect(tag, &info), FIBER_ENOKEY);
+}
+
+struct progress_log {
+    int lines;
+    char first[512], last[512];
+    fiber_buf all;
+};
+
+static void on_progress(void *ud, const char *line)
+{
+    struct progress_log *l = ud;
+    if (l->lines++ == 0)
+        fb_strlcpy(l->first, line, sizeof l->first);
+    fb_strlcpy(l->last, line, sizeof l->last);
+    fiber_buf_append(&l->all, line, strlen(line));
+    fiber_buf_append(&l->all, "\n", 2); /* keeps it NUL-terminated */
+    l->all.len--;
+}
+
+/* fiber_image_build_with reports each stage to its callback, and nothing
+ * anywhere without one: stderr stays empty. */
+TEST(image_build_reports_progress_only_when_asked)
+{
+    NEED_DOCKER();
+    char exe[PATH_MAX], tag[128];
+    exe_path(exe, sizeof exe);
+    snprintf(tag, sizeof tag, "fiber-test-docker:progress-%d", (int)getpid());
+    struct progress_log l = {0};
+    fiber_image_build_opts o = {.tag = tag, .progress = on_progress,
+                                .progress_ud = &l};
+    fiber_buf id = {0};
+    CHECK_OK(fiber_image_build_with(exe, &o, &id));
+    fprintf(stderr, "%s", (const char *)l.all.data);
+    CHECK(l.lines >= 5);
+    CHECK(strncmp(l.first, "program ", 8) == 0);
+    CHECK_CONTAINS(l.first, exe);
+    CHECK_CONTAINS((const char *)l.all.data, "\nlibraries: ");
+    CHECK_CONTAINS((const char *)l.all.data, "\narchive: ");
+    CHECK_CONTAINS((const char *)l.all.data, "\nimporting ");
+    CHECK(strncmp(l.last, "built ", 6) == 0);
+    CHECK_CONTAINS(l.last, (const char *)id.data);
+    fiber_buf_free(&l.all);
+
+    /* Without a callback: not a byte on stderr. */
+    fflush(stderr);
+    int saved = dup(2), fds[2];
+    CHECK(saved >= 0 && pipe(fds) == 0);
+    dup2(fds[1], 2);
+    close(fds[1]);
+    int rc = fiber_image_build(exe, tag, &id);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    char buf[256];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    close(fds[0]);
+    CHECK_OK(rc);
+    CHECK(n <= 0);
+    fiber_buf_free(&id);
+    engine_open();
+    remove_image_named(tag);
+}
+
+struct racer {
+    pthread_barrier_t *go;
+    int rc, code;
+};
+
+static void *start_one(void *arg)
+{
+    struct racer *r = arg;
+    pthread_barrier_wait(r->go);
+    int x = 21;
+    fiber_process *p = NULL;
+    r->rc = fiber_process_start(&p, "ret_arg", &x, sizeof x, NULL);
+    if (r->rc == 0 && (r->rc = fiber_process_join(p, 60000)) == 0)
+        r->rc = fiber_process_exitcode(p, &r->code);
+    if (r->rc)
+        fprintf(stderr, "start: %s\n", fiber_last_error());
+    fiber_process_free(p);
+    return NULL;
+}
+
+/* The backend builds its image within init without ever releasing the
+ * runtime lock (backend.h): a second thread that starts a job meanwhile
+ * waits for the backend and succeeds (it used to fail with FIBER_ESTATE,
+ * "being opened by another thread", while the lock was dropped). */
+TEST(jobs_started_during_the_image_build_wait_for_it)
+{
+    NEED_DOCKER();
+    char exe[PATH_MAX], tag[256];
+    exe_path(exe, sizeof exe);
+    CHECK_OK(fiber_image_default_tag(exe, tag, sizeof tag));
+    CHECK_OK(fiber_config_set("backend", "docker"));
+    CHECK_OK(fiber_config_set("image", ""));
+    CHECK_OK(fiber_config_set("docker_build_image", "true"));
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    struct racer a = {&go, -1, -1}, b = {&go, -1, -1};
+    pthread_t ta, tb;
+    CHECK(pthread_create(&ta, NULL, start_one, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, start_one, &b) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    pthread_barrier_destroy(&go);
+    CHECK_OK(a.rc);
+    CHECK_OK(b.rc);
+    CHECK_EQ(a.code, 21);
+    CHECK_EQ(b.code, 21);
+    fiber_shutdown();
+    engine_open();
+    remove_image_named(tag);
 }
 
 static char net_id[80];

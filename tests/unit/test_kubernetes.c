@@ -461,7 +461,7 @@ TEST(wrong_token_is_refused_with_401)
     char path[64];
     temp_file(path, sizeof path, "not-a-token-of-this-cluster\n");
     CHECK_OK(fiber_config_set("k8s_token_file", path));
-    const char *m = start_fails(FIBER_EBACKEND, NULL);
+    const char *m = start_fails(FIBER_EAUTH, NULL);
     CHECK_CONTAINS(m, "HTTP 401 Unauthorized");
     CHECK_CONTAINS(m, path);
     CHECK_CONTAINS(m, getenv("FIBER_K8S_SERVER"));
@@ -472,7 +472,7 @@ TEST(forbidden_namespace_is_refused_with_403)
 {
     NEED_CLUSTER();
     CHECK_OK(fiber_config_set("k8s_namespace", "fiber-forbidden"));
-    const char *m = start_fails(FIBER_EBACKEND, NULL);
+    const char *m = start_fails(FIBER_EAUTH, NULL);
     CHECK_CONTAINS(m, "HTTP 403 Forbidden");
     CHECK_CONTAINS(m, "namespace 'fiber-forbidden'");
     CHECK_CONTAINS(m, "User \"fiber\" cannot list resource \"pods\"");
@@ -529,9 +529,61 @@ TEST(wrong_ca_fails_tls_verification)
     if (access(bundle, R_OK) != 0)
         TH_SKIP("%s is absent", bundle);
     CHECK_OK(fiber_config_set("k8s_ca_file", bundle));
-    const char *m = start_fails(FIBER_EUNREACHABLE, NULL);
+    const char *m = start_fails(FIBER_EAUTH, NULL);
     CHECK_CONTAINS(m, "TLS verification failed");
     CHECK_CONTAINS(m, bundle);
+}
+
+/* The HTTP layer's contract (backend/http/http.h) over TLS, on the
+ * cluster's API server itself: a token it refuses is FIBER_EAUTH with
+ * the status and the server's message; so is a certificate that does not
+ * verify. */
+TEST(http_layer_refused_token_is_eauth)
+{
+    NEED_CLUSTER();
+    const char *server = getenv("FIBER_K8S_SERVER");
+    struct fb_http h;
+    CHECK_OK(fb_http_open_url(&h, "the Kubernetes API server", server,
+                              getenv("FIBER_K8S_CA_FILE")));
+    CHECK_OK(fb_http_set_token(&h, "not-a-token-of-this-cluster"));
+    char path[200];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods?limit=1",
+             getenv("FIBER_K8S_NAMESPACE"));
+    json_t *out = NULL;
+    CHECK_ERR(fb_http_call(&h, "GET", path, NULL, 20000, &out,
+                           "listing pods"),
+              FIBER_EAUTH);
+    const char *m = fiber_last_error();
+    fprintf(stderr, "message: %s\n", m);
+    CHECK_CONTAINS(m, "listing pods was refused by the Kubernetes API server");
+    CHECK_CONTAINS(m, server);
+    CHECK_CONTAINS(m, "(HTTP 401 Unauthorized)");
+    CHECK_CONTAINS(m, "Unauthorized"); /* the Status object's message */
+    fb_http_close(&h);
+}
+
+TEST(http_layer_unverified_certificate_is_eauth)
+{
+    NEED_CLUSTER();
+    const char *bundle = "/etc/ssl/certs/ca-certificates.crt";
+    if (access(bundle, R_OK) != 0)
+        TH_SKIP("%s is absent", bundle);
+    const char *server = getenv("FIBER_K8S_SERVER");
+    struct fb_http h;
+    CHECK_OK(fb_http_open_url(&h, "the Kubernetes API server", server,
+                              bundle));
+    struct fb_http_reply r;
+    CHECK_ERR(fb_http_request(&h, "GET", "/version", NULL, 0, NULL, 20000,
+                              &r),
+              FIBER_EAUTH);
+    fb_http_reply_free(&r);
+    const char *m = fiber_last_error();
+    fprintf(stderr, "message: %s\n", m);
+    CHECK_CONTAINS(m, server);
+    CHECK_CONTAINS(m, "(GET /version)");
+    CHECK_CONTAINS(m, "TLS verification failed");
+    CHECK_CONTAINS(m, bundle);
+    fb_http_close(&h);
 }
 
 TEST(plain_http_to_a_remote_server_is_refused)

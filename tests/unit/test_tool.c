@@ -587,9 +587,26 @@ TEST(image_build_then_run_in_docker)
     TOOL(&r, NULL, "image", "build", self, "--tag", image_tag);
     CHECK_EQ(r.code, 0);
     CHECK_CONTAINS(r.out, "image  sha256:");
-    char want[200];
+    char want[PATH_MAX + 200];
     snprintf(want, sizeof want, "tag    %s\n", image_tag);
     CHECK_CONTAINS(r.out, want);
+    /* A line per stage on stderr, in order: the program, the libraries,
+     * the archive, the import, the result. */
+    snprintf(want, sizeof want, "fiber: program %s (build id ", self);
+    const char *at = strstr(r.err, want);
+    CHECK(at != NULL);
+    static const char *const stages[] = {
+        "fiber: libraries: ", "fiber: archive: ", " files, ",
+        " MB of content, ", "fiber: importing ", "into the Docker Engine at ",
+        "fiber: built ", ": sha256:"};
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        const char *next = strstr(at, stages[i]);
+        if (!next)
+            fprintf(stderr, "no '%s' after: %s\n", stages[i], at);
+        CHECK(next != NULL);
+        at = next;
+    }
+    CHECK(strstr(r.out, "fiber:") == NULL); /* stdout stays the result */
     long long size = printed_size(r.out);
     /* It holds this program and libc (and the rest it links), and is
      * minimal: no distribution underneath. */
@@ -754,6 +771,7 @@ TEST(image_build_errors)
     TOOL(&r, NULL, "image", "build", "/no/such/program");
     CHECK_EQ(r.code, 1);
     CHECK_CONTAINS(r.err, "/no/such/program");
+    CHECK(strstr(r.err, "fiber: program ") == NULL); /* nothing was built */
     TOOL(&r, NULL, "image", "build", "/etc/hostname");
     CHECK_EQ(r.code, 1);
     TOOL(&r, NULL, "image", "build", "/bin/true", "--tag", "Bad Name");

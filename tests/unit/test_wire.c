@@ -143,7 +143,9 @@ TEST(type_names)
     CHECK_STR(fb_msg_type_name(FB_MSG_HEARTBEAT), "HEARTBEAT");
     CHECK_STR(fb_msg_type_name(FB_MSG_FAULT), "FAULT");
     CHECK_STR(fb_msg_type_name(0), "?");
-    CHECK_STR(fb_msg_type_name(18), "?");
+    CHECK_STR(fb_msg_type_name(FB_MSG_STATS), "STATS");
+    CHECK_STR(fb_msg_type_name(FB_MSG_SNAPSHOT), "SNAPSHOT");
+    CHECK_STR(fb_msg_type_name(20), "?");
     CHECK_STR(fb_msg_type_name(200), "?");
 }
 
@@ -232,7 +234,7 @@ TEST(hdr_bad_version)
 
 TEST(hdr_unknown_type)
 {
-    static const unsigned bad[] = {0, 18, 200, 255};
+    static const unsigned bad[] = {0, 20, 200, 255};
     for (size_t i = 0; i < FB_ARRAY_LEN(bad); i++) {
         uint8_t b[FB_WIRE_HDR_LEN];
         char want[16];
@@ -781,7 +783,7 @@ TEST(text_rules)
 
 TEST(check_payload_unknown_type)
 {
-    static const unsigned bad[] = {0, 18, 200};
+    static const unsigned bad[] = {0, 20, 200};
     for (size_t i = 0; i < FB_ARRAY_LEN(bad); i++) {
         char err[ERRLEN] = "";
         struct fb_wire_hdr h = {.type = (uint8_t)bad[i], .len = 0};
@@ -2151,6 +2153,175 @@ TEST(garbage_never_crashes)
         CHECK(by_type[t] >= 20);
     }
     fiber_buf_free(&valid.buf);
+}
+
+/* ---- STATS and SNAPSHOT (fiber top) --------------------------------------- */
+
+static struct fb_msg_snapshot sample_snapshot(void)
+{
+    return (struct fb_msg_snapshot){.pid = 4321,
+                                    .uptime_ms = 61000,
+                                    .cpu_user_us = 1500000,
+                                    .cpu_sys_us = 200000,
+                                    .rss_bytes = 14u << 20,
+                                    .backend = "docker",
+                                    .backend_len = 6};
+}
+
+static const struct fb_msg_snapshot_pool sample_pools[2] = {
+    {.name = "Pool1", .name_len = 5, .workers_alive = 2,
+     .workers_starting = 1, .workers_target = 3, .workers_started = 4,
+     .workers_lost = 1, .tasks_submitted = 1000, .tasks_done = 900,
+     .tasks_failed = 2, .tasks_retried = 5, .tasks_crashed = 1,
+     .tasks_queued = 90, .tasks_in_flight = 10},
+    {.name = "evals-2", .name_len = 7, .workers_alive = 0,
+     .workers_target = 0, .tasks_done = UINT64_MAX}};
+
+TEST(round_trip_snapshot)
+{
+    fiber_buf b = {0};
+    struct fb_msg_snapshot m = sample_snapshot();
+    CHECK_OK(fb_wire_put_snapshot(&b, 77, &m, sample_pools, 2));
+    struct fb_wire_hdr h;
+    CHECK_OK(fb_wire_hdr_decode(b.data, b.len, 1 << 20, &h, NULL, 0));
+    CHECK_EQ(h.type, FB_MSG_SNAPSHOT);
+    CHECK_EQ(h.id, 77);
+    /* format, pid, 4 x u64, backend, n_pools, 2 x (name + 84) */
+    CHECK_EQ(h.len, 1 + 4 + 32 + 1 + 6 + 4 + (1 + 5 + 84) + (1 + 7 + 84));
+    CHECK_EQ(b.data[FB_WIRE_HDR_LEN], FB_WIRE_SNAPSHOT_FORMAT);
+    struct fb_msg_snapshot z;
+    char err[ERRLEN];
+    CHECK_OK(fb_wire_get_snapshot(b.data + FB_WIRE_HDR_LEN, h.len, &z, err,
+                                  sizeof err));
+    CHECK_EQ(z.pid, 4321);
+    CHECK_EQ(z.uptime_ms, 61000);
+    CHECK_EQ(z.cpu_user_us, 1500000);
+    CHECK_EQ(z.cpu_sys_us, 200000);
+    CHECK_EQ(z.rss_bytes, 14u << 20);
+    CHECK(z.backend_len == 6 && memcmp(z.backend, "docker", 6) == 0);
+    CHECK_EQ(z.n_pools, 2);
+    const uint8_t *cur = z.pools;
+    struct fb_msg_snapshot_pool p;
+    fb_wire_snapshot_next(&cur, &p);
+    CHECK(p.name_len == 5 && memcmp(p.name, "Pool1", 5) == 0);
+    CHECK_EQ(p.workers_alive, 2);
+    CHECK_EQ(p.workers_starting, 1);
+    CHECK_EQ(p.workers_target, 3);
+    CHECK_EQ(p.workers_started, 4);
+    CHECK_EQ(p.workers_lost, 1);
+    CHECK_EQ(p.tasks_submitted, 1000);
+    CHECK_EQ(p.tasks_done, 900);
+    CHECK_EQ(p.tasks_failed, 2);
+    CHECK_EQ(p.tasks_retried, 5);
+    CHECK_EQ(p.tasks_crashed, 1);
+    CHECK_EQ(p.tasks_queued, 90);
+    CHECK_EQ(p.tasks_in_flight, 10);
+    fb_wire_snapshot_next(&cur, &p);
+    CHECK(p.name_len == 7 && memcmp(p.name, "evals-2", 7) == 0);
+    CHECK(p.tasks_done == UINT64_MAX);
+    CHECK(cur == b.data + b.len);
+    CHECK_OK(fb_wire_check_payload(&h, b.data + FB_WIRE_HDR_LEN, err,
+                                   sizeof err));
+    fiber_buf_free(&b);
+
+    /* No pools at all is a snapshot too; STATS is empty. */
+    CHECK_OK(fb_wire_put_snapshot(&b, 1, &m, NULL, 0));
+    CHECK_OK(fb_wire_put_empty(&b, FB_MSG_STATS, 9));
+    size_t off = 0;
+    const uint8_t *q = next_frame(&b, &off, &h);
+    CHECK_OK(fb_wire_get_snapshot(q, h.len, &z, err, sizeof err));
+    CHECK_EQ(z.n_pools, 0);
+    next_frame(&b, &off, &h);
+    CHECK_EQ(h.type, FB_MSG_STATS);
+    CHECK_EQ(h.id, 9);
+    CHECK_EQ(h.len, 0);
+    fiber_buf_free(&b);
+}
+
+/* Encodes the sample and returns its payload (in b) and length. */
+static uint8_t *sample_payload(fiber_buf *b, size_t *len)
+{
+    struct fb_msg_snapshot m = sample_snapshot();
+    CHECK_OK(fb_wire_put_snapshot(b, 1, &m, sample_pools, 2));
+    *len = b->len - FB_WIRE_HDR_LEN;
+    return b->data + FB_WIRE_HDR_LEN;
+}
+
+static const char *snapshot_error(const uint8_t *p, size_t len)
+{
+    static char err[ERRLEN];
+    struct fb_msg_snapshot z;
+    err[0] = '\0';
+    CHECK_ERR(fb_wire_get_snapshot(p, len, &z, err, sizeof err),
+              FIBER_EPROTO);
+    CHECK(err[0] != '\0');
+    return err;
+}
+
+TEST(snapshot_truncated_at_every_length)
+{
+    fiber_buf b = {0};
+    size_t len;
+    uint8_t *p = sample_payload(&b, &len);
+    for (size_t n = 0; n < len; n++)
+        snapshot_error(p, n);
+    fiber_buf_free(&b);
+}
+
+TEST(snapshot_malformed_fields_are_named)
+{
+    fiber_buf b = {0};
+    size_t len;
+    uint8_t *p = sample_payload(&b, &len);
+    p[0] = 2; /* a format this fiber does not read */
+    CHECK_CONTAINS(snapshot_error(p, len), "SNAPSHOT format: 2");
+    p[0] = FB_WIRE_SNAPSHOT_FORMAT;
+    size_t backend = 1 + 4 + 32 + 1, n_pools = backend + 6;
+    p[backend] = ' ';
+    CHECK_CONTAINS(snapshot_error(p, len), "SNAPSHOT backend");
+    p[backend] = 'd';
+    le32(p + n_pools, FB_WIRE_SNAPSHOT_POOLS_MAX + 1);
+    CHECK_CONTAINS(snapshot_error(p, len), "SNAPSHOT n_pools");
+    le32(p + n_pools, 3); /* more pools than there are */
+    CHECK_CONTAINS(snapshot_error(p, len), "SNAPSHOT pool 2");
+    le32(p + n_pools, 1); /* fewer: the second is trailing */
+    CHECK_CONTAINS(snapshot_error(p, len), "trailing");
+    le32(p + n_pools, 2);
+    size_t pool0 = n_pools + 4;
+    p[pool0 + 1] = '/';
+    CHECK_CONTAINS(snapshot_error(p, len), "SNAPSHOT pool 0 name");
+    p[pool0 + 1] = 'P';
+    le32(p + pool0 + 6 + 4, 3); /* starting 3 > alive 2 */
+    CHECK_CONTAINS(snapshot_error(p, len), "workers_starting");
+    le32(p + pool0 + 6 + 4, 1);
+    struct fb_msg_snapshot z;
+    CHECK_OK(fb_wire_get_snapshot(p, len, &z, NULL, 0));
+    /* And STATS takes no payload. */
+    struct fb_wire_hdr h = {.type = FB_MSG_STATS, .len = 1};
+    char err[ERRLEN] = "";
+    CHECK_ERR(fb_wire_check_payload(&h, p, err, sizeof err), FIBER_EPROTO);
+    fiber_buf_free(&b);
+}
+
+TEST(put_snapshot_refuses)
+{
+    fiber_buf b = {0};
+    struct fb_msg_snapshot m = sample_snapshot();
+    struct fb_msg_snapshot_pool bad = sample_pools[0];
+    bad.workers_starting = 3;
+    CHECK_ERR(fb_wire_put_snapshot(&b, 1, &m, &bad, 1), FIBER_EINVAL);
+    bad = sample_pools[0];
+    bad.name = "no spaces";
+    bad.name_len = 9;
+    CHECK_ERR(fb_wire_put_snapshot(&b, 1, &m, &bad, 1), FIBER_EINVAL);
+    CHECK_ERR(fb_wire_put_snapshot(&b, 1, &m, sample_pools,
+                                   FB_WIRE_SNAPSHOT_POOLS_MAX + 1),
+              FIBER_EINVAL);
+    m.backend_len = 0;
+    CHECK_ERR(fb_wire_put_snapshot(&b, 1, &m, NULL, 0), FIBER_EINVAL);
+    CHECK_ERR(fb_wire_put_snapshot(NULL, 1, &m, NULL, 0), FIBER_EINVAL);
+    CHECK_EQ(b.len, 0);
+    fiber_buf_free(&b);
 }
 
 TH_MAIN()

@@ -1,7 +1,8 @@
 /*
  * docker.c -- the docker backend: every job is a container of the Docker
  * Engine on this host, driven through the Engine API on its unix socket
- * (http.c); the docker command is never run.
+ * (engine.h, on the HTTP layer backend/http/http.h); the docker command
+ * is never run.
  *
  * A job's container:
  *
@@ -39,9 +40,10 @@
  * restarted), poll_job falls back to inspecting the container, where a 404
  * means it ended and was removed.
  *
- * The ops are called with the runtime lock held; create_job makes three
- * engine requests (create, wait, start) and starting a container takes the
- * engine a few hundred milliseconds.
+ * The ops are called with the runtime lock held, which they never release;
+ * create_job makes three engine requests (create, wait, start) and
+ * starting a container takes the engine a few hundred milliseconds.
+ * Engine errors follow the HTTP layer's contract (backend/http/http.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -56,28 +58,22 @@
 
 #include "backend/backend.h"
 #include "backend/json_util.h"
-#include "backend/docker/http.h"
+#include "backend/docker/engine.h"
+#include "backend/docker/image.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
 
-#define PING_TIMEOUT_MS 5000L
 #define REQUEST_TIMEOUT_MS 60000L
 #define WAIT_HEADERS_TIMEOUT_MS 10000L
 #define RELEASE_WAIT_MS 3000L
 #define PUMP_INTERVAL_MS 10u
 #define INSPECT_INTERVAL_MS 500u
-#define MIN_API_MAJOR 1
-#define MIN_API_MINOR 30 /* wait conditions */
 #define GPU_API_MINOR 40 /* DeviceRequests */
 #define SECRET_VAR "FIBER_BOOT_SECRET_FILE"
-#define SOCKET_HINT                                                            \
-    "is dockerd running? is FIBER_DOCKER_SOCKET (the docker_socket key) "      \
-    "right?"
 
 struct docker_state {
-    struct fb_http http;
-    int api_minor;            /* the engine's API version is 1.<api_minor> */
+    struct fb_engine engine;  /* its http; the API version negotiated */
     char runtimes[256];       /* the engine's runtimes, for messages */
     int has_gpu_runtime;      /* "nvidia" is among them */
     char secrets_dir[PATH_MAX]; /* "" until the first job */
@@ -95,17 +91,6 @@ struct docker_job {
 
 /* ---- small helpers --------------------------------------------------------- */
 
-/* Parses "1.41" into its minor number (the major must be 1); -1 if not. */
-static int api_minor_of(const char *version)
-{
-    char *end;
-    long major = strtol(version, &end, 10);
-    if (major != 1 || *end != '.')
-        return -1;
-    long minor = strtol(end + 1, &end, 10);
-    return *end == '\0' && minor >= 0 && minor < 1000 ? (int)minor : -1;
-}
-
 /* Returns 1 if path lies inside dir. */
 static int inside(const char *path, const char *dir)
 {
@@ -115,66 +100,13 @@ static int inside(const char *path, const char *dir)
 
 /* ---- init and fini --------------------------------------------------------- */
 
-static int unreachable(const char *sock, const char *why)
-{
-    return fb_err(FIBER_EUNREACHABLE,
-                  "cannot reach the Docker engine at %s: %s; " SOCKET_HINT,
-                  sock, why);
-}
-
-/* Checks that the engine answers and learns its API version from the
- * Api-Version header of GET /_ping. */
-static int ping(struct docker_state *ds, const char *sock)
-{
-    struct stat st;
-    if (stat(sock, &st) != 0)
-        return unreachable(sock, strerror(errno));
-    if (!S_ISSOCK(st.st_mode))
-        return unreachable(sock, "not a unix socket");
-    if (access(sock, R_OK | W_OK) != 0)
-        return fb_err(FIBER_EUNREACHABLE,
-                      "cannot use the Docker engine's socket %s: %s (add "
-                      "the user to the socket's group, usually docker, or "
-                      "set docker_socket to a socket it may use)",
-                      sock, strerror(errno));
-    struct fb_http_reply r;
-    int rc = fb_http_request(&ds->http, "GET", "/_ping", NULL, 0, NULL,
-                             PING_TIMEOUT_MS, &r);
-    char why[600];
-    if (rc) {
-        fb_strlcpy(why, fiber_last_error(), sizeof why);
-        rc = fb_err(FIBER_EUNREACHABLE, "%s; " SOCKET_HINT, why);
-    } else if (r.status != 200) {
-        char msg[300];
-        snprintf(why, sizeof why, "it answered GET /_ping with HTTP %ld: %s",
-                 r.status,
-                 fb_http_message(r.body.data, r.body.len, msg, sizeof msg));
-        rc = unreachable(sock, why);
-    } else if ((ds->api_minor = api_minor_of(r.api_version)) < 0) {
-        rc = fb_err(FIBER_EBACKEND,
-                    "the engine at %s sent no usable API version ('%s') in "
-                    "its answer to GET /_ping: is it a Docker engine?",
-                    sock, r.api_version);
-    } else if (ds->api_minor < MIN_API_MINOR) {
-        rc = fb_err(FIBER_EBACKEND,
-                    "the Docker engine at %s speaks API %s; fiber needs "
-                    "%d.%d or newer (Docker 17.07+)",
-                    sock, r.api_version, MIN_API_MAJOR, MIN_API_MINOR);
-    } else {
-        fb_http_set_version(&ds->http, r.api_version);
-        fb_log_debug("docker engine at %s, API %s", sock, r.api_version);
-    }
-    fb_http_reply_free(&r);
-    return rc;
-}
-
 /* Learns which runtimes the engine has (GET /info), to refuse GPU jobs
  * clearly on an engine that cannot run them. */
 static int read_info(struct docker_state *ds)
 {
     long status;
     json_t *info = NULL;
-    int rc = fb_http_json(&ds->http, "GET", "/info", NULL, REQUEST_TIMEOUT_MS,
+    int rc = fb_http_json(&ds->engine.http, "GET", "/info", NULL, REQUEST_TIMEOUT_MS,
                           &status, &info);
     if (rc)
         return rc;
@@ -196,25 +128,23 @@ static int read_info(struct docker_state *ds)
     return 0;
 }
 
-/* Set while a docker_init builds its image with the runtime lock
- * released; read and written with the lock held. */
-static int building_image;
+/* Reports the stages of docker_build_image's build in the log. */
+static void log_progress(void *ud, const char *line)
+{
+    fb_log_info("docker_build_image (%s): %s", (const char *)ud, line);
+}
 
 /* docker_build_image: with no image configured, builds one of the running
- * program (fiber_image_build, the default tag) and keeps its tag for the
- * jobs that name no image.  Called, as every op, with the runtime lock
- * held: fiber_image_build reads the configuration (docker_socket) through
- * fiber_config_get, which takes that lock, and a build takes a while, so
- * the lock is released around it.  Nothing of the runtime is touched
- * meanwhile; another thread that starts the run's first job during the
- * build fails with FIBER_ESTATE instead of opening a second backend. */
-static int build_image(struct docker_state *ds)
+ * program (the default tag) and keeps its tag for the jobs that name no
+ * image.  Runs within init, with the runtime lock held as every op (it is
+ * never released): fb_image_build is given the socket from be->cfg, so it
+ * reads no configuration through fiber_config_get (which takes the lock)
+ * and touches nothing of the runtime.  init runs from fb_service_start
+ * before the service thread exists, so the build holds up no runtime loop,
+ * heartbeat or connection; another thread's fiber call waits until the
+ * backend is ready (backend.h says what init may do). */
+static int build_image(struct fb_backend *be, struct docker_state *ds)
 {
-    if (building_image)
-        return fb_err(FIBER_ESTATE,
-                      "the docker backend is being opened by another thread, "
-                      "which builds an image of this program "
-                      "(docker_build_image); start jobs once it has");
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0)
@@ -223,17 +153,14 @@ static int build_image(struct docker_state *ds)
     char tag[sizeof ds->built_image];
     fiber_buf id = {0};
     uint64_t t0 = fb_now_ms();
-    building_image = 1;
-    fb_rt_unlock();
     int rc = fiber_image_default_tag(exe, tag, sizeof tag);
+    fiber_image_build_opts o = {.tag = tag, .progress = log_progress,
+                                .progress_ud = tag};
     if (rc == 0)
-        rc = fiber_image_build(exe, tag, &id);
-    char why[900] = "";
-    if (rc)
-        fb_strlcpy(why, fiber_last_error(), sizeof why);
-    fb_rt_lock();
-    building_image = 0;
+        rc = fb_image_build(be->cfg->docker_socket, exe, &o, &id);
     if (rc) {
+        char why[900];
+        fb_strlcpy(why, fiber_last_error(), sizeof why);
         fiber_buf_free(&id);
         return fb_err(rc,
                       "docker_build_image is on and no image is set, but "
@@ -251,17 +178,16 @@ static int build_image(struct docker_state *ds)
 static int docker_init(struct fb_backend *be)
 {
     struct docker_state *ds = be->state;
-    const char *sock = be->cfg->docker_socket;
-    int rc = fb_http_open(&ds->http, sock);
+    int rc = fb_engine_open_at(&ds->engine, be->cfg->docker_socket);
     if (rc)
         return rc;
-    rc = ping(ds, sock);
-    if (rc == 0)
-        rc = read_info(ds);
+    fb_log_debug("docker engine at %s, API %s (the daemon's: %s)",
+                 ds->engine.socket, ds->engine.api, ds->engine.daemon_api);
+    rc = read_info(ds);
     if (rc == 0 && be->cfg->docker_build_image && !be->cfg->image[0])
-        rc = build_image(ds);
+        rc = build_image(be, ds);
     if (rc)
-        fb_http_close(&ds->http);
+        fb_engine_close(&ds->engine);
     return rc;
 }
 
@@ -290,7 +216,7 @@ static void docker_fini(struct fb_backend *be)
 {
     struct docker_state *ds = be->state;
     remove_secrets(ds);
-    fb_http_close(&ds->http);
+    fb_engine_close(&ds->engine);
 }
 
 /* ---- creating a job -------------------------------------------------------- */
@@ -356,11 +282,7 @@ static json_t *binds(const struct fb_config *cfg,
         fb_json_push(b, json_stringn(p, n), &bad);
         p += n + (comma ? 1 : 0);
     }
-    if (bad) {
-        json_decref(b);
-        return NULL;
-    }
-    return b;
+    return fb_json_done(b, bad);
 }
 
 static json_t *host_config(const struct fb_config *cfg,
@@ -391,11 +313,7 @@ static json_t *host_config(const struct fb_config *cfg,
         fb_json_push(reqs, req, &bad);
         fb_json_put(h, "DeviceRequests", reqs, &bad);
     }
-    if (bad) {
-        json_decref(h);
-        return NULL;
-    }
-    return h;
+    return fb_json_done(h, bad);
 }
 
 /* The body of POST /containers/create. */
@@ -433,11 +351,7 @@ static json_t *container_config(const struct fb_config *cfg,
     if (spec->opts && spec->opts->workdir)
         fb_json_put(c, "WorkingDir", json_string(spec->opts->workdir), &bad);
     fb_json_put(c, "HostConfig", host_config(cfg, spec, secret_path), &bad);
-    if (bad) {
-        json_decref(c);
-        return NULL;
-    }
-    return c;
+    return fb_json_done(c, bad);
 }
 
 /* Checks what the job asks for against what the engine offers, and picks
@@ -461,14 +375,14 @@ static int check_spec(struct fb_backend *be, const struct fb_job_spec *spec,
     if (!spec->run_dir || !spec->run_dir[0])
         return fb_err(FIBER_EINVAL, "job '%s': no run directory", spec->name);
     if (o && o->gpu > 0 &&
-        (!ds->has_gpu_runtime || ds->api_minor < GPU_API_MINOR))
+        (!ds->has_gpu_runtime || ds->engine.api_minor < GPU_API_MINOR))
         return fb_err(FIBER_ENOTSUP,
                       "job '%s' asks for %d GPU(s), but the Docker engine at "
                       "%s has no GPU runtime (its runtimes: %s; API 1.%d, "
                       "GPUs need 1.%d): install the NVIDIA Container Toolkit "
                       "and restart dockerd, or run the job without GPUs",
                       spec->name, o->gpu, be->cfg->docker_socket,
-                      ds->runtimes, ds->api_minor, GPU_API_MINOR);
+                      ds->runtimes, ds->engine.api_minor, GPU_API_MINOR);
     return fb_job_program(spec, program, size);
 }
 
@@ -490,7 +404,7 @@ static int create_container(struct fb_backend *be,
     snprintf(path, sizeof path, "/containers/create?name=%s", escaped);
     long status;
     json_t *reply = NULL;
-    int rc = fb_http_json(&ds->http, "POST", path, body, REQUEST_TIMEOUT_MS,
+    int rc = fb_http_json(&ds->engine.http, "POST", path, body, REQUEST_TIMEOUT_MS,
                           &status, &reply);
     json_decref(body);
     if (rc)
@@ -532,7 +446,7 @@ static int check_program(struct fb_backend *be, const char *name,
     snprintf(path, sizeof path, "/containers/%s/archive?path=%s", dj->id,
              escaped);
     struct fb_http_reply r;
-    int rc = fb_http_request(&ds->http, "HEAD", path, NULL, 0, NULL,
+    int rc = fb_http_request(&ds->engine.http, "HEAD", path, NULL, 0, NULL,
                              REQUEST_TIMEOUT_MS, &r);
     if (rc == 0 && r.status == 404)
         rc = fb_err(FIBER_ESPAWN,
@@ -559,8 +473,11 @@ static int watch_container(struct docker_state *ds, const char *name,
     char path[256];
     snprintf(path, sizeof path, "/containers/%s/wait?condition=next-exit",
              dj->id);
-    int rc = fb_http_async_start(&ds->http, &dj->wait, "POST", path,
-                                 WAIT_HEADERS_TIMEOUT_MS);
+    int rc = fb_http_async_start(&ds->engine.http, &dj->wait, "POST", path,
+                                 NULL, NULL);
+    if (rc == 0)
+        rc = fb_http_async_headers(&ds->engine.http, &dj->wait,
+                                   WAIT_HEADERS_TIMEOUT_MS);
     if (rc == 0 && dj->wait.status != 200) {
         char msg[300];
         rc = fb_err(FIBER_ESPAWN,
@@ -581,7 +498,7 @@ static int start_container(struct fb_backend *be, const char *name,
     char path[256];
     snprintf(path, sizeof path, "/containers/%s/start", dj->id);
     struct fb_http_reply r;
-    int rc = fb_http_request(&ds->http, "POST", path, NULL, 0, NULL,
+    int rc = fb_http_request(&ds->engine.http, "POST", path, NULL, 0, NULL,
                              REQUEST_TIMEOUT_MS, &r);
     if (rc == 0 && r.status != 204 && r.status != 304) {
         char msg[600];
@@ -604,7 +521,7 @@ static void remove_container(struct docker_state *ds, struct docker_job *dj)
     char path[256];
     snprintf(path, sizeof path, "/containers/%s?force=1", dj->id);
     struct fb_http_reply r;
-    int rc = fb_http_request(&ds->http, "DELETE", path, NULL, 0, NULL,
+    int rc = fb_http_request(&ds->engine.http, "DELETE", path, NULL, 0, NULL,
                              REQUEST_TIMEOUT_MS, &r);
     if (rc == 0 && r.status != 204 && r.status != 404 && r.status != 409) {
         char msg[300];
@@ -626,7 +543,7 @@ static void undo_create(struct docker_state *ds, struct docker_job *dj)
     fb_strlcpy(why, fiber_last_error(), sizeof why);
     if (dj->id[0])
         remove_container(ds, dj);
-    fb_http_async_free(&ds->http, &dj->wait);
+    fb_http_async_free(&ds->engine.http, &dj->wait);
     if (dj->secret_path[0])
         unlink(dj->secret_path);
     dj->secret_path[0] = '\0';
@@ -691,7 +608,7 @@ static int inspect(struct docker_state *ds, struct fb_job *job)
     snprintf(path, sizeof path, "/containers/%s/json", dj->id);
     long status;
     json_t *reply = NULL;
-    int rc = fb_http_json(&ds->http, "GET", path, NULL, REQUEST_TIMEOUT_MS,
+    int rc = fb_http_json(&ds->engine.http, "GET", path, NULL, REQUEST_TIMEOUT_MS,
                           &status, &reply);
     if (rc)
         return rc;
@@ -736,7 +653,7 @@ static int docker_poll_job(struct fb_backend *be, struct fb_job *job)
     struct docker_job *dj = job->priv;
     uint64_t now = fb_now_ms();
     if (now - ds->last_pump_ms >= PUMP_INTERVAL_MS) {
-        fb_http_pump(&ds->http);
+        fb_http_pump(&ds->engine.http);
         ds->last_pump_ms = now;
     }
     if (!dj->wait.done)
@@ -761,7 +678,7 @@ static int docker_signal_job(struct fb_backend *be, struct fb_job *job,
     snprintf(path, sizeof path, "/containers/%s/kill?signal=%s", dj->id,
              force ? "SIGKILL" : "SIGTERM");
     struct fb_http_reply r;
-    int rc = fb_http_request(&ds->http, "POST", path, NULL, 0, NULL,
+    int rc = fb_http_request(&ds->engine.http, "POST", path, NULL, 0, NULL,
                              REQUEST_TIMEOUT_MS, &r);
     /* 404: removed already; 409: not running any more. */
     if (rc == 0 && r.status != 204 && r.status != 404 && r.status != 409) {
@@ -805,7 +722,7 @@ static int docker_logs(struct fb_backend *be, struct fb_job *job,
     snprintf(path, sizeof path, "/containers/%s/logs?stdout=1&stderr=1",
              dj->id);
     struct fb_http_reply r;
-    int rc = fb_http_request(&ds->http, "GET", path, NULL, 0, NULL,
+    int rc = fb_http_request(&ds->engine.http, "GET", path, NULL, 0, NULL,
                              REQUEST_TIMEOUT_MS, &r);
     if (rc == 0 && r.status == 200) {
         rc = demux(r.body.data, r.body.len, out);
@@ -834,12 +751,12 @@ static void docker_release_job(struct fb_backend *be, struct fb_job *job)
         remove_container(ds, dj);
         /* The wait answers as the container dies; without it, the status
          * is what SIGKILL gives. */
-        fb_http_async_wait(&ds->http, &dj->wait, RELEASE_WAIT_MS);
+        fb_http_async_wait(&ds->engine.http, &dj->wait, RELEASE_WAIT_MS);
         int status;
         fb_job_exited(job, wait_result(&dj->wait, &status) == 0 ? status
                                                                : -SIGKILL);
     }
-    fb_http_async_free(&ds->http, &dj->wait);
+    fb_http_async_free(&ds->engine.http, &dj->wait);
     if (dj->secret_path[0])
         unlink(dj->secret_path);
     dj->secret_path[0] = '\0';

@@ -4,11 +4,15 @@
  * an explicit server, token and CA), synchronous requests, watch streams,
  * and errors that say what the server refused and why.
  *
- * libcurl (opened with dlopen, curl_dl.h) moves the bytes over TLS, always
- * verified against the cluster's CA; jansson reads and writes the JSON.
- * This is a sibling of the Docker backend's http.c rather than a user of
- * it: the Engine API speaks plain HTTP on a unix socket, the Kubernetes
- * API HTTPS with a bearer token, and a watch is a stream of JSON lines.
+ * The HTTP layer (backend/http/http.h) moves the bytes over TLS, always
+ * verified against the cluster's CA, with the bearer token; its error
+ * contract holds here: FIBER_EUNREACHABLE (no connection), FIBER_ETIMEDOUT
+ * (no answer in time), FIBER_EAUTH (TLS verification failed); a refusal
+ * (fb_k8s_refused) FIBER_EAUTH for 401/403, FIBER_ENOKEY for 404, else
+ * FIBER_EBACKEND, unless the caller names its own code.  What is the
+ * Kubernetes API's own is here: finding the server, token and CA, the
+ * token's rotation, the Status object's hints, and watches (a stream of
+ * JSON lines).
  *
  * Threads: a struct fb_k8s (one curl handle) belongs to one thread at a
  * time; fb_k8s_clone() makes another for a second thread.  No thread is
@@ -20,8 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/docker/curl_dl.h"
 #include <jansson.h>
+
+#include "backend/http/http.h"
 
 #include "core/config.h"
 #include "fiber/fiber.h"
@@ -29,15 +34,13 @@
 #define FB_K8S_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 
 struct fb_k8s {
-    CURL *easy;
+    struct fb_http http;   /* "the Kubernetes API server" at server */
     char server[300];      /* "https://10.96.0.1:443", no trailing slash */
     char ca_file[512];     /* "" = the system's CA bundle */
     char token_file[512];  /* "" = no token */
     char ns[64];           /* the namespace jobs go to */
     int in_cluster;        /* configured from the service-account folder */
-    char token[4096];      /* the bearer token, re-read every minute */
-    uint64_t token_read_ms;
-    char error[CURL_ERROR_SIZE];
+    uint64_t token_read_ms; /* the token (in http) is re-read every minute */
 };
 
 /* Works out the server, token, CA and namespace from the configuration:
@@ -61,9 +64,9 @@ void fb_k8s_close(struct fb_k8s *k);
  * (len bytes of content type ctype; may be NULL) and waits up to
  * timeout_ms for the whole reply: *status and the body in *reply (the
  * caller frees it, whatever the result).  Returns 0 when the server
- * answered, whatever the status; FIBER_EUNREACHABLE when it could not be
- * reached, did not answer in time, or its certificate did not verify,
- * with a message naming the server and saying which. */
+ * answered, whatever the status; else the contract's code
+ * (FIBER_EUNREACHABLE, FIBER_ETIMEDOUT, FIBER_EAUTH for a certificate that
+ * did not verify) with a message naming the server and what to check. */
 int fb_k8s_request(struct fb_k8s *k, const char *method, const char *path,
                    const char *ctype, const void *body, size_t len,
                    long timeout_ms, long *status, fiber_buf *reply);
@@ -80,7 +83,10 @@ int fb_k8s_json(struct fb_k8s *k, const char *method, const char *path,
  * (`what`, "creating pod x"), the status and its name, the server's own
  * reason (the Status object's message, or the body), and what to check
  * (401: the token; 403: the rights in the namespace; 422: the spec...).
- * Sets fiber_last_error() and returns code. */
+ * code FIBER_EBACKEND (or 0) means the HTTP layer's code for the status
+ * (fb_http_status_code: FIBER_EAUTH for 401 and 403, FIBER_ENOKEY for
+ * 404, else FIBER_EBACKEND); any other code is used as given (create:
+ * FIBER_ESPAWN).  Sets fiber_last_error() and returns the code. */
 int fb_k8s_refused(const struct fb_k8s *k, int code, const char *what,
                    long status, json_t *reply);
 
@@ -94,13 +100,12 @@ const char *fb_k8s_status_message(json_t *reply);
 typedef void (*fb_k8s_event_fn)(void *ud, const char *type, json_t *object);
 
 struct fb_k8s_watch {
-    CURL *easy;
-    CURLM *multi;
-    struct curl_slist *headers;
+    struct fb_http http;     /* a handle of its own (fb_http_clone) */
+    struct fb_http_async a;
     fb_k8s_event_fn on_event;
     void *ud;
-    fiber_buf line;  /* a line not yet complete */
-    fiber_buf error_body; /* the body of a non-200 answer */
+    fiber_buf line;  /* a line not yet complete (on_event NULL: the body) */
+    fiber_buf error_body; /* the body of a non-2xx answer, once done */
     long status;     /* once known */
     int done;        /* the stream ended (the server closed it, or failed) */
     int failed;      /* the transfer broke: curl_error says why */

@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "core/common.h"
@@ -318,6 +320,111 @@ int fb_k8s_describe(char *detail, size_t size)
         snprintf(detail, size, "Kubernetes %s at %s%s: namespace %s, pods "
                  "allowed", version, k.server,
                  k.in_cluster ? " (in-cluster)" : "", k.ns);
+    fb_k8s_close(&k);
+    return rc;
+}
+
+/* ---- fiber top: reaching a run's master through the cluster ------------ */
+
+/* The value of variable name in the first container of pod, or NULL. */
+static const char *pod_env(json_t *pod, const char *name)
+{
+    json_t *c = json_array_get(
+        json_object_get(json_object_get(pod, "spec"), "containers"), 0);
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(c, "env"), i, v)
+    {
+        const char *n = json_string_value(json_object_get(v, "name"));
+        if (n && strcmp(n, name) == 0)
+            return json_string_value(json_object_get(v, "value"));
+    }
+    return NULL;
+}
+
+/* Address and encryption from the environment of one of run's job pods. */
+static int contact_address(struct fb_k8s *k, const char *run, char *addr,
+                           size_t size, int *encrypted)
+{
+    char path[400];
+    snprintf(path, sizeof path,
+             "/api/v1/namespaces/%s/pods?labelSelector=fiber.run%%3D%s"
+             "%%2Cfiber.role%%3Djob",
+             k->ns, run);
+    long status = 0;
+    json_t *l = NULL;
+    int rc = fb_k8s_json(k, "GET", path, NULL, NULL, REQUEST_TIMEOUT_MS,
+                         &status, &l);
+    if (rc == 0 && status != 200)
+        rc = fb_k8s_refused(k, FIBER_EBACKEND, "listing the run's pods",
+                            status, l);
+    const char *a = NULL, *enc = NULL;
+    size_t i;
+    json_t *pod;
+    json_array_foreach(json_object_get(l, "items"), i, pod)
+    {
+        if ((a = pod_env(pod, "FIBER_BOOT_ADDR"))) {
+            enc = pod_env(pod, "FIBER_ENCRYPTION");
+            break;
+        }
+    }
+    if (rc == 0 && !a)
+        rc = fb_err(FIBER_ENOKEY,
+                    "no pod of run '%s' in namespace '%s' names its master's "
+                    "address (no job has started yet, or no such run)",
+                    run, k->ns);
+    if (rc == 0) {
+        fb_strlcpy(addr, a, size);
+        *encrypted = !enc || !(strcmp(enc, "false") == 0 ||
+                               strcmp(enc, "0") == 0 ||
+                               strcmp(enc, "off") == 0 ||
+                               strcmp(enc, "no") == 0);
+    }
+    json_decref(l);
+    return rc;
+}
+
+/* The token from the run's Secret <run>-boot. */
+static int contact_token(struct fb_k8s *k, const char *run, uint8_t *token,
+                         size_t len)
+{
+    char path[400], what[200];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/secrets/%s-boot",
+             k->ns, run);
+    snprintf(what, sizeof what, "reading Secret '%s-boot' (the run's token)",
+             run);
+    long status = 0;
+    json_t *s = NULL;
+    int rc = fb_k8s_json(k, "GET", path, NULL, NULL, REQUEST_TIMEOUT_MS,
+                         &status, &s);
+    if (rc == 0 && status == 404)
+        rc = fb_err(FIBER_ENOKEY, "run '%s' has no Secret '%s-boot' in "
+                    "namespace '%s'", run, run, k->ns);
+    else if (rc == 0 && status != 200)
+        rc = fb_k8s_refused(k, FIBER_EBACKEND, what, status, s);
+    const char *b64 =
+        json_string_value(json_object_get(json_object_get(s, "data"), "token"));
+    size_t got = 0;
+    if (rc == 0 &&
+        (!b64 || sodium_base642bin(token, len, b64, strlen(b64), NULL, &got,
+                                   NULL, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+         got != len))
+        rc = fb_err(FIBER_EPROTO, "Secret '%s-boot' does not hold a token of "
+                    "%zu bytes", run, len);
+    json_decref(s); /* held the token */
+    return rc;
+}
+
+int fb_k8s_run_contact(const char *run, char *addr, size_t size,
+                       int *encrypted, uint8_t *token, size_t token_len)
+{
+    struct fb_k8s k;
+    int rc = open_api(&k);
+    if (rc)
+        return rc;
+    rc = contact_address(&k, run, addr, size, encrypted);
+    if (rc == 0)
+        rc = contact_token(&k, run, token, token_len);
     fb_k8s_close(&k);
     return rc;
 }

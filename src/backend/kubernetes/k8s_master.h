@@ -13,6 +13,7 @@
 #define FB_K8S_MASTER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fiber/fiber.h"
 
@@ -43,5 +44,18 @@ int fb_k8s_master_follow(const char *pod, int fd);
  * pods allowed").  Returns 0, or the code of what failed with detail
  * saying why. */
 int fb_k8s_describe(char *detail, size_t size);
+
+/* For fiber top: where the master of run listens, whether its
+ * connections are encrypted, and the run's token, as the cluster knows
+ * them: the address and the encryption setting from the environment of
+ * one of the run's job pods (FIBER_BOOT_ADDR, FIBER_ENCRYPTION: the
+ * master hands its configuration to its jobs), the token (token_len
+ * bytes) from the run's Secret "<run>-boot".  Needs the configured
+ * account to read pods and secrets of the namespace.  Returns 0,
+ * FIBER_ENOKEY (no job pod, or no Secret, of run), FIBER_ECONFIG (no
+ * cluster configured), FIBER_EUNREACHABLE, FIBER_EBACKEND (refused),
+ * FIBER_EPROTO. */
+int fb_k8s_run_contact(const char *run, char *addr, size_t size,
+                       int *encrypted, uint8_t *token, size_t token_len);
 
 #endif /* FB_K8S_MASTER_H */

@@ -1,13 +1,14 @@
 /*
- * curl_dl.h -- libcurl, loaded when the Docker backend or the image
- * builder first needs it, not when a program starts.
+ * curl_dl.h -- libcurl, loaded when the HTTP layer (http.h: the docker and
+ * kubernetes backends, the image builder, the run tools) first needs it,
+ * not when a program starts.
  *
  * Linking libcurl into libfiber made every fiber process -- each pool
  * worker included -- load libcurl and its dependency tree (OpenSSL,
  * GnuTLS, Kerberos, LDAP: 30-odd libraries), which tripled the time to
  * start a local job (1.2 ms to 3.5 ms per process) and the resident memory
- * of a worker.  Only the master of a docker run talks to the Engine, so
- * libcurl is opened with dlopen() on first use.  Include this header
+ * of a worker.  Only a master talks to its engine, so libcurl is opened
+ * with dlopen() on first use.  Only the HTTP layer includes this header.  Include this header
  * instead of <curl/curl.h>: it keeps curl's types and constants and maps
  * the curl_* functions used here to pointers filled by fb_curl_load().
  */
@@ -41,8 +42,10 @@ struct fb_curl_api {
 
 extern struct fb_curl_api fb_curl;
 
-/* Loads libcurl (once; thread-safe) and runs curl_global_init.  Returns 0,
- * or FIBER_ENOTSUP with a message saying which package to install. */
+/* Loads libcurl (once; thread-safe) and runs curl_global_init, after
+ * telling OpenSSL 3 (when it is libcurl's TLS library) not to clean up in
+ * an atexit handler (see curl_dl.c).  Returns 0, or FIBER_ENOTSUP with a
+ * message saying which package to install. */
 int fb_curl_load(void);
 
 /* curl.h wraps these two in argument-count-checking macros. */

@@ -3,10 +3,11 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "backend/docker/curl_dl.h"
+#include "backend/http/curl_dl.h"
 #include "core/common.h"
 
 struct fb_curl_api fb_curl;
@@ -28,13 +29,37 @@ static int sym(void *lib, const char *name, void *slot)
     return 0;
 }
 
+static void openssl_init(void)
+{
+    void *lib = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return;
+    int (*init)(uint64_t, const void *);
+    void *sym = dlsym(lib, "OPENSSL_init_crypto");
+    if (!sym)
+        return;
+    memcpy(&init, &sym, sizeof init);
+    init(0x00080000ull /* OPENSSL_INIT_NO_ATEXIT */, NULL);
+    /* lib stays loaded: libcurl uses it. */
+}
+
+/* libcurl's TLS library, OpenSSL 3, cleans itself up in an atexit handler
+ * that it registers when libcurl first initialises: after fiber_init
+ * registered fiber_shutdown, so at exit OpenSSL is torn down first, and
+ * fiber_shutdown's requests (deleting a run's pods and Secret) and the
+ * kubernetes pod watcher would run on a dead OpenSSL and crash.
+ * Initialising OpenSSL before libcurl with OPENSSL_INIT_NO_ATEXIT (its
+ * documented purpose) leaves the cleanup to the kernel.  Nothing happens
+ * if libcurl uses another TLS library. */
 static void load(void)
 {
+    openssl_init();
     void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         snprintf(load_error, sizeof load_error,
-                 "cannot load libcurl (%s): the Docker backend and image "
-                 "builder need it; install libcurl4",
+                 "cannot load libcurl (%s): the docker and kubernetes "
+                 "backends and the image builder need it; install "
+                 "libcurl4",
                  dlerror());
         load_rc = FIBER_ENOTSUP;
         return;
