@@ -462,7 +462,7 @@ static int watch(fiber_run_watch *w, const char *run,
 int cmd_top(int argc, char **argv)
 {
     struct top_opts o = {.delay_ms = 1000};
-    const char *run_arg;
+    const char *run_arg = NULL;
     int code = parse_top(argc, argv, &o, &run_arg);
     if (code >= 0)
         return code;

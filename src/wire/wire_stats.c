@@ -222,7 +222,7 @@ int fb_wire_put_snapshot(fiber_buf *out, uint64_t id,
                          const struct fb_msg_snapshot *m,
                          const struct fb_msg_snapshot_pool *pools, size_t n)
 {
-    size_t len;
+    size_t len = 0;
     if (!out)
         return fb_err(FIBER_EINVAL, "SNAPSHOT: output buffer is NULL");
     int rc = check_put(m, pools, n, &len);

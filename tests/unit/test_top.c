@@ -135,8 +135,9 @@ static void wait_for_run(char *run, size_t size, int timeout_s)
             char path[512];
             snprintf(path, sizeof path, "%s/%s/%s", base, e->d_name,
                      FB_MONITOR_ADDR_FILE);
-            if (e->d_name[0] != '.' && access(path, R_OK) == 0) {
-                snprintf(run, size, "%s", e->d_name);
+            if (e->d_name[0] != '.' && strlen(e->d_name) < size &&
+                access(path, R_OK) == 0) {
+                memcpy(run, e->d_name, strlen(e->d_name) + 1);
                 closedir(d);
                 return;
             }
