@@ -33,7 +33,7 @@ PREFIX ?= /usr/local
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= wire objsrv objclient pool worker ring blobs
+FUZZ_TARGETS ?= wire objsrv objclient pool worker ring blobs gate
 CTEST_ARGS ?=
 # make valgrind: which cases (a regex over ctest names; empty: all but
 # those scripts/valgrind.py skips), and the subset CI runs: the unit

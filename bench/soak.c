@@ -972,7 +972,7 @@ static int settle(fiber_pool *p, int workers)
         int all = ready == workers && p->n_workers == workers;
         pthread_mutex_unlock(&p->mu);
         fb_rt_lock();
-        int pending = fb_rt()->n_pending;
+        int pending = fb_rt()->gate.n;
         fb_rt_unlock();
         if (all && pending == 0)
             return 0;

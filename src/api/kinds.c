@@ -4,14 +4,11 @@
  */
 #include <stddef.h>
 
+#include "api/mobj_ops.h" /* what a manager hosts */
 #include "api/objsrv.h"
 
 extern const struct fb_obj_kind fb_kind_queue;
-extern const struct fb_obj_kind fb_kind_rendezvous; /* ring.c */
-/* mobj.c: what a manager hosts. */
-extern const struct fb_obj_kind fb_kind_dict, fb_kind_list, fb_kind_value,
-    fb_kind_lock, fb_kind_rlock, fb_kind_event, fb_kind_semaphore,
-    fb_kind_barrier, fb_kind_condition, fb_kind_custom;
+extern const struct fb_obj_kind fb_kind_rendezvous; /* ring_rdv.c */
 
 const struct fb_obj_kind *const fb_obj_kinds[] = {
     &fb_kind_queue,

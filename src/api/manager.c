@@ -1,6 +1,6 @@
 /*
  * manager.c -- fiber_manager: a job of the configured backend whose main
- * thread runs an object server hosting shared objects (mobj.c) and
+ * thread runs an object server hosting shared objects (mobj_srv.c, mobj.c) and
  * queues (queue.c), the analogue of multiprocessing.Manager().
  *
  * Starting one: the master picks an address for it (a unix socket in the
@@ -206,7 +206,7 @@ FIBER_API int fiber_manager_queue(fiber_manager *m, const char *name,
     return rc;
 }
 
-/* ---- opening objects (their kinds and handles are in mobj.c) ------------- */
+/* ---- opening objects (kinds: mobj_srv.c, handles: mobj.c) --------------- */
 
 /* Opens (creating it if new) the object name of kind on m; params only
  * matter when it is created. */

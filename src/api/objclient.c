@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/spin.h"
+#include "core/thread.h"
 
 #define DIAL_TIMEOUT_MS 10000
 #define SPIN_US 50          /* the longest spin before a wait blocks */
@@ -646,13 +647,10 @@ static void *flusher_main(void *arg)
 static int hand_to_flusher(struct fb_oclient *c)
 {
     if (!c->has_flusher) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int err = pthread_create(&c->flusher, NULL, flusher_main, c);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (err)
-            return FIBER_ESYS;
+        int rc = fb_thread_start(&c->flusher, flusher_main, c,
+                                 "an object client's flusher");
+        if (rc)
+            return rc;
         c->has_flusher = 1;
     }
     if (c->fl_idle && !c->writing)

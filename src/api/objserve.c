@@ -4,9 +4,10 @@
  *
  * One thread per server, started by fb_oserve_start and stopped by
  * fb_oserve_stop (which joins it).  It owns a listening socket and its
- * connections; a client first proves itself with HELLO (the run's token,
- * the build id), then sends OBJ_GET for a ref and gets OBJ_DATA pieces, an
- * OBJ_NONE, or (from the master) an OBJ_FROM naming a holder to ask.
+ * connections; a client waits in the server's gate (net/gate.h) until it
+ * proves itself with HELLO (the run's token, the build id), then sends
+ * OBJ_GET for a ref and gets OBJ_DATA pieces, an OBJ_NONE, or (from the
+ * master) an OBJ_FROM naming a holder to ask.
  *
  * The master's server keeps the directory: which workers hold each blob
  * (OBJ_HAVE), how many askers each is serving (load, settled by the
@@ -28,27 +29,26 @@
  * are queued while less than QUEUE_MAX bytes wait on the connection.
  */
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sodium.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "api/object_int.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/thread.h"
+#include "net/gate.h"
+#include "net/listener.h"
 #include "net/net.h"
 #include "net/secure.h"
 
 #define PIECE (256u << 10)
 #define QUEUE_MAX (1u << 20)
-#define HELLO_MAX 4096u
 #define MAX_CONNS 65536
 
 static char EV_LISTEN_TAG, EV_STOP_TAG;
@@ -68,7 +68,7 @@ struct fb_sconn {
     int authed;
     int doomed;
     int want_out;
-    uint64_t hello_deadline_ms;
+    struct fb_gate_peer peer; /* until authed: in the server's gate */
     struct xfer *xq, *xq_tail;
     /* master: the holder this asker was last sent to, until settled */
     struct fb_blob *redir_blob;
@@ -83,12 +83,11 @@ struct fb_sconn {
 
 struct fb_oserve {
     int directory;
-    int listen_fd, epfd, stop_fd;
-    char address[FB_WIRE_ADDR_MAX + 1];
-    pthread_t thread;
-    int has_thread, stopping;
+    struct fb_listener l; /* socket, epoll set, stop eventfd, thread */
+    int stopping;
     struct fb_sconn *conns;
     int n_conns;
+    struct fb_gate gate; /* the conns not yet through HELLO */
     /* Connections given work by someone else's event (a waiter placed
      * when a copy finished): the loop pumps them after the events. */
     struct fb_sconn *kick;
@@ -119,6 +118,9 @@ static void pump(struct fb_oserve *s, struct fb_sconn *c);
 
 /* ---- connections ---------------------------------------------------------- */
 
+/* Admits a new connection into the gate (which closes the oldest stranger
+ * when max_pending_connections wait).  Called only between event
+ * batches, since making room closes connections the batch may name. */
 static void conn_add(struct fb_oserve *s, int fd)
 {
     struct fb_sconn *c = s->n_conns < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
@@ -126,14 +128,7 @@ static void conn_add(struct fb_oserve *s, int fd)
         close(fd);
         return;
     }
-    fb_conn_init(&c->conn, fd, HELLO_MAX);
-    c->hello_deadline_ms =
-        fb_now_ms() + (uint64_t)fb_rt_config()->connect_timeout_ms;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (fb_conn_secure_for(&c->conn, s->address, FB_SEC_SERVER,
-                           fb_rt_token()) != 0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        fb_conn_close(&c->conn);
+    if (fb_listener_adopt(&s->l, &c->conn, fd, c, fb_rt_token()) != 0) {
         free(c);
         return;
     }
@@ -142,6 +137,7 @@ static void conn_add(struct fb_oserve *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
+    fb_gate_add(&s->gate, &c->peer, &c->conn);
 }
 
 /* Lock held.  The asker c's last redirect is over: its holder is free
@@ -200,24 +196,27 @@ static void drop_holders_of(struct fb_blob *b, void *arg)
     }
 }
 
+/* Closes c and frees it, with what it held (a stranger holds nothing). */
 static void conn_drop(struct fb_oserve *s, struct fb_sconn *c)
 {
-    fb_blobs_lock();
-    if (s->directory)
-        fb_blobs_each(drop_holders_of, c);
-    settle(s, c); /* a master slot it held goes to someone waiting */
-    if (s->directory) /* its holdings are gone: the master may serve */
-        fb_blobs_each(serve_waiters_of, s);
-    while (c->xq) {
-        struct xfer *x = c->xq;
-        c->xq = x->next;
-        fb_blob_unpin(x->b);
-        free(x);
+    if (c->authed) {
+        fb_blobs_lock();
+        if (s->directory)
+            fb_blobs_each(drop_holders_of, c);
+        settle(s, c); /* a master slot it held goes to someone waiting */
+        if (s->directory) /* its holdings are gone: the master may serve */
+            fb_blobs_each(serve_waiters_of, s);
+        while (c->xq) {
+            struct xfer *x = c->xq;
+            c->xq = x->next;
+            fb_blob_unpin(x->b);
+            free(x);
+        }
+        fb_blobs_unlock();
     }
-    fb_blobs_unlock();
+    fb_gate_admit(&s->gate, &c->peer); /* out of it, if still in */
     unkick(s, c);
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
-    fb_conn_close(&c->conn);
+    fb_listener_drop(&s->l, &c->conn);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -232,17 +231,8 @@ static void send_now(struct fb_oserve *s, struct fb_sconn *c)
 {
     if (c->doomed)
         return;
-    int rc = fb_conn_flush(&c->conn);
-    if (rc < 0) {
+    if (fb_listener_flush(&s->l, &c->conn, c, &c->want_out) < 0)
         c->doomed = 1;
-        return;
-    }
-    if ((rc == 1) != c->want_out) {
-        c->want_out = rc == 1;
-        struct epoll_event ev = {
-            .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c};
-        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->conn.fd, &ev);
-    }
 }
 
 /* ---- answering ------------------------------------------------------------ */
@@ -350,7 +340,7 @@ static int on_get(struct fb_oserve *s, struct fb_sconn *c,
                                       : "this holder does not have it");
     } else if (!s->directory) {
         rc = queue_xfer(c, b, h->id, 0);
-    } else if (b->shm_path[0] && strncmp(s->address, "unix:", 5) == 0) {
+    } else if (b->shm_path[0] && strncmp(s->l.address, "unix:", 5) == 0) {
         /* Same host: map the master's own copy. */
         rc = fb_wire_put_obj_file(&c->conn.out, h->id, b->shm_path);
         fb_blobs_note_map();
@@ -479,27 +469,23 @@ static void pump(struct fb_oserve *s, struct fb_sconn *c)
 
 /* ---- the loop ------------------------------------------------------------- */
 
-static int check_hello(struct fb_oserve *s, struct fb_sconn *c,
-                       const struct fb_wire_hdr *h, const uint8_t *p)
+/* The gate's close function: a peer that never authenticated goes. */
+static void gate_close(struct fb_gate_peer *p, void *arg)
+{
+    conn_drop(arg, (struct fb_sconn *)((char *)p -
+                                       offsetof(struct fb_sconn, peer)));
+}
+
+/* Reads what c sent while it is in the gate.  Returns 0 once it proved
+ * itself (HELLO with the run's token and build id: WELCOME is queued),
+ * else -1: it has not said enough yet, or it was dropped. */
+static int admit(struct fb_oserve *s, struct fb_sconn *c)
 {
     struct fb_msg_hello m;
-    const char *why = NULL;
-    const char *bid = fb_rt_build_id();
-    if (h->type != FB_MSG_HELLO)
-        why = "the first message was not HELLO";
-    else if (fb_wire_get_hello(p, h->len, &m, NULL, 0) != 0)
-        why = "a malformed HELLO";
-    else if (sodium_memcmp(m.token, fb_rt_token(), FB_WIRE_TOKEN_LEN) != 0)
-        why = "authentication failed: wrong token";
-    else if (m.build_id_len != strlen(bid) ||
-             memcmp(m.build_id, bid, m.build_id_len) != 0)
-        why = "built from a different program";
-    if (why) {
-        fb_log_warn("blob server %s: dropping a peer: %s", s->address, why);
-        if (fb_wire_put_reject(&c->conn.out, why, strlen(why)) == 0)
-            fb_conn_flush(&c->conn);
+    if (fb_gate_serve(&s->gate, &c->peer, fb_rt_token(), fb_rt_build_id(),
+                      &m) != 1)
         return -1;
-    }
+    fb_gate_admit(&s->gate, &c->peer);
     c->authed = 1;
     c->conn.max_payload = 1u << 16; /* requests are small */
     struct fb_msg_welcome w = {0};
@@ -515,14 +501,14 @@ static void on_conn(struct fb_oserve *s, struct fb_sconn *c, uint32_t events)
             conn_drop(s, c);
         return;
     }
+    if (!c->authed && admit(s, c) != 0)
+        return;
     int rc = fb_conn_read(&c->conn);
     struct fb_wire_hdr h;
     const uint8_t *p;
-    int got;
+    int got = 0;
     while (!c->doomed && (got = fb_conn_next(&c->conn, &h, &p)) == 1) {
-        int bad = c->authed ? fb_oserve_frame(s, c, &h, p)
-                            : check_hello(s, c, &h, p);
-        if (bad) {
+        if (fb_oserve_frame(s, c, &h, p) != 0) {
             c->doomed = 1;
             break;
         }
@@ -535,15 +521,12 @@ static void on_conn(struct fb_oserve *s, struct fb_sconn *c, uint32_t events)
         conn_drop(s, c);
 }
 
-/* Drops connections that never said HELLO in time. */
-static void expire_hellos(struct fb_oserve *s)
+/* Accepts what is pending, after a batch of events (see conn_add). */
+static void accept_all(struct fb_oserve *s)
 {
-    uint64_t now = fb_now_ms();
-    for (struct fb_sconn *c = s->conns, *next; c; c = next) {
-        next = c->next;
-        if (!c->authed && now > c->hello_deadline_ms)
-            conn_drop(s, c);
-    }
+    int fd;
+    while (fb_sock_accept(s->l.listen_fd, &fd) == 0)
+        conn_add(s, fd);
 }
 
 static void *serve_main(void *arg)
@@ -551,18 +534,19 @@ static void *serve_main(void *arg)
     struct fb_oserve *s = arg;
     struct epoll_event evs[64];
     while (!s->stopping) {
-        int n = epoll_wait(s->epfd, evs, 64, 1000);
+        uint64_t now = fb_now_ms();
+        uint64_t next = fb_gate_tick(&s->gate, now);
+        int timeout = next - now < 1000 ? (int)(next - now) : 1000;
+        int n = epoll_wait(s->l.epfd, evs, 64, timeout);
+        int listener = 0;
         for (int i = 0; i < n && !s->stopping; i++) {
             void *d = evs[i].data.ptr;
-            if (d == EV_STOP) {
+            if (d == EV_STOP)
                 s->stopping = 1;
-            } else if (d == EV_LISTEN) {
-                int fd;
-                while (fb_sock_accept(s->listen_fd, &fd) == 0)
-                    conn_add(s, fd);
-            } else {
+            else if (d == EV_LISTEN)
+                listener = 1;
+            else
                 on_conn(s, d, evs[i].events);
-            }
         }
         while (s->kick && !s->stopping) {
             struct fb_sconn *c = s->kick;
@@ -572,8 +556,8 @@ static void *serve_main(void *arg)
             if (c->doomed)
                 conn_drop(s, c);
         }
-        if (n == 0)
-            expire_hellos(s);
+        if (listener && !s->stopping)
+            accept_all(s);
     }
     return NULL;
 }
@@ -584,27 +568,11 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
     if (!s)
         return fb_err(FIBER_ENOMEM, "out of memory");
     s->directory = directory;
-    s->listen_fd = s->epfd = s->stop_fd = -1;
-    int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
-                            sizeof s->address);
-    if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-                    (s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
-        rc = fb_err_errno(FIBER_ESYS, "blob server setup");
-    if (rc == 0) {
-        struct epoll_event a = {.events = EPOLLIN, .data.ptr = EV_LISTEN};
-        struct epoll_event b = {.events = EPOLLIN, .data.ptr = EV_STOP};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &a);
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_fd, &b);
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int err = pthread_create(&s->thread, NULL, serve_main, s);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (err)
-            rc = fb_err(FIBER_ESYS, "cannot start the blob server thread");
-        else
-            s->has_thread = 1;
-    }
+    fb_listener_init(&s->l);
+    fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
+    int rc = fb_listener_open(&s->l, addr, EV_LISTEN, EV_STOP, "blob server");
+    if (rc == 0)
+        rc = fb_listener_start(&s->l, serve_main, s, "the blob server thread");
     if (rc) {
         fb_oserve_stop(s);
         return rc;
@@ -613,29 +581,20 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
     return 0;
 }
 
-const char *fb_oserve_address(const struct fb_oserve *s) { return s->address; }
+const char *fb_oserve_address(const struct fb_oserve *s)
+{
+    return s->l.address;
+}
 
 void fb_oserve_stop(struct fb_oserve *s)
 {
     if (!s)
         return;
-    if (s->has_thread) {
-        uint64_t one = 1;
-        if (write(s->stop_fd, &one, sizeof one) < 0) {
-            /* saturated: it is stopping already */
-        }
-        pthread_join(s->thread, NULL);
-    }
+    fb_listener_join(&s->l);
+    fb_gate_clear(&s->gate);
     while (s->conns)
         conn_drop(s, s->conns);
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->stop_fd >= 0)
-        close(s->stop_fd);
-    if (strncmp(s->address, "unix:", 5) == 0)
-        unlink(s->address + 5);
+    fb_listener_close(&s->l);
     free(s);
 }
 
@@ -647,9 +606,10 @@ struct fb_oserve *fb_oserve_detached(int directory)
     if (!s)
         return NULL;
     s->directory = directory;
-    s->listen_fd = s->stop_fd = -1;
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    snprintf(s->address, sizeof s->address, "unix:/nonexistent/fuzz.sock");
+    fb_listener_init(&s->l);
+    fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
+    s->l.epfd = epoll_create1(EPOLL_CLOEXEC);
+    snprintf(s->l.address, sizeof s->l.address, "unix:/nonexistent/fuzz.sock");
     return s;
 }
 
@@ -659,6 +619,7 @@ struct fb_sconn *fb_oserve_adopt(struct fb_oserve *s, int fd)
     conn_add(s, fd);
     if (s->conns == before)
         return NULL;
+    fb_gate_admit(&s->gate, &s->conns->peer);
     s->conns->authed = 1;
     s->conns->conn.max_payload = 1u << 16;
     return s->conns;

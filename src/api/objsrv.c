@@ -1,30 +1,28 @@
 /*
  * objsrv.c -- the object server: listening, admitting clients, serving
  * OCALL requests, parking the ones that must wait, deadlines, and
- * cleaning up after clients that go.  See objsrv.h.
+ * cleaning up after clients that go.  See objsrv.h.  A client waits in
+ * the server's gate (net/gate.h) until its HELLO has proved it.
  */
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <sodium.h>
 
 #include "api/objsrv.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/spin.h"
+#include "core/thread.h"
+#include "net/gate.h"
+#include "net/listener.h"
 
-#define HELLO_MAX_PAYLOAD 1024u
-#define BURST_QUIET_MS 1000 /* a burst of evictions ends after this long */
 #define MAX_CONNS 4096
 #define SPIN_US 50 /* the longest spin of an idle server before it blocks */
 
@@ -35,30 +33,24 @@ struct fb_oconn {
     int authed;
     int want_out;
     int doomed; /* a send failed: dropped at the next safe point */
-    int evicted; /* closed to make room (logged once per burst) */
     int dirty;   /* replies queued in conn.out, flushed after the batch */
     struct fb_oconn *dirty_next;
-    uint64_t hello_deadline_ms;
+    struct fb_gate_peer peer; /* until authed: in the server's gate */
     struct fb_oconn *prev, *next;
 };
 
 struct fb_objsrv {
-    int listen_fd, epfd, stop_efd;
-    char address[600];
+    struct fb_listener l; /* socket, epoll set, stop eventfd, thread */
     uint8_t token[FB_WIRE_TOKEN_LEN];
     char build_id[FB_WIRE_BUILD_ID_MAX + 1];
     uint32_t max_payload;
-    pthread_t thread;
-    int has_thread;
     struct fb_oconn *conns;
     int n_conns;
-    int n_unauthed;          /* of n_conns: not yet through HELLO */
-    uint64_t burst_refused;  /* closed to make room in this burst */
-    uint64_t burst_last_ms;  /* when the last of them was */
+    struct fb_gate gate;     /* the conns not yet through HELLO */
     struct fb_obj *objs;
     uint32_t next_id;
     struct fb_oreq *parked;
-    uint64_t dropped;
+    uint64_t dropped; /* closed over MAX_CONNS (the gate counts its own) */
     int n_doomed;
     int stopping;
     struct fb_oconn *dirty; /* connections with replies to flush */
@@ -72,33 +64,38 @@ struct fb_objsrv {
 /* ---- connections -------------------------------------------------------- */
 
 static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why);
+static void dirty_unlink(struct fb_objsrv *s, struct fb_oconn *c);
 
-/* Closes the unauthenticated connection that has waited longest, to make
- * room for a new one (why the oldest: see evict_oldest_pending in
- * service.c).  Logged once per burst (run_timers logs its end).  Called
- * only between event batches, since the batch may name the connection. */
-static void evict_oldest_unauthed(struct fb_objsrv *s)
+/* Closes c and frees it; what it held is released already. */
+static void conn_free(struct fb_objsrv *s, struct fb_oconn *c)
 {
-    struct fb_oconn *old = NULL;
-    for (struct fb_oconn *c = s->conns; c; c = c->next)
-        if (!c->authed)
-            old = c;
-    if (!old)
-        return;
-    if (s->burst_refused++ == 0)
-        fb_log_warn("object server: %d connections are waiting to "
-                    "authenticate (max_pending_connections): closing the "
-                    "oldest to make room for new ones",
-                    s->n_unauthed);
-    s->burst_last_ms = fb_now_ms();
-    old->evicted = 1;
-    conn_drop(s, old, "closed to make room");
+    if (c->doomed)
+        s->n_doomed--;
+    dirty_unlink(s, c);
+    fb_listener_drop(&s->l, &c->conn);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    free(c);
 }
 
-/* Admits a new connection (closing it at once when MAX_CONNS are open,
- * and the oldest stranger when max_pending_connections are waiting to
- * send HELLO).  Over TCP with `encryption` on, its encryption starts here
- * (net/secure.c). */
+/* The gate's close function: a peer that never authenticated goes. */
+static void gate_close(struct fb_gate_peer *p, void *arg)
+{
+    conn_free(arg, (struct fb_oconn *)((char *)p -
+                                       offsetof(struct fb_oconn, peer)));
+}
+
+/* Admits a new connection into the gate (closing it at once when
+ * MAX_CONNS are open; the gate closes the oldest stranger when
+ * max_pending_connections are waiting to send HELLO).  Over TCP with
+ * `encryption` on, its encryption starts here (net/secure.c).  Called
+ * only between event batches, since making room closes connections the
+ * batch may name. */
 static void conn_add(struct fb_objsrv *s, int fd)
 {
     if (s->n_conns >= MAX_CONNS) {
@@ -106,22 +103,12 @@ static void conn_add(struct fb_objsrv *s, int fd)
         s->dropped++;
         return;
     }
-    while (s->n_unauthed > 0 &&
-           s->n_unauthed >= fb_rt_config()->max_pending_connections)
-        evict_oldest_unauthed(s);
     struct fb_oconn *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
         return;
     }
-    fb_conn_init(&c->conn, fd, HELLO_MAX_PAYLOAD);
-    c->hello_deadline_ms =
-        fb_now_ms() + (uint64_t)fb_rt_config()->connect_timeout_ms;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-    if (fb_conn_secure_for(&c->conn, s->address, FB_SEC_SERVER, s->token) !=
-            0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        fb_conn_close(&c->conn);
+    if (fb_listener_adopt(&s->l, &c->conn, fd, c, s->token) != 0) {
         free(c);
         return;
     }
@@ -130,7 +117,7 @@ static void conn_add(struct fb_objsrv *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
-    s->n_unauthed++;
+    fb_gate_add(&s->gate, &c->peer, &c->conn);
 }
 
 /* A send to c failed.  Dropping it here would free it (and its parked
@@ -151,17 +138,8 @@ static void send_now(struct fb_objsrv *s, struct fb_oconn *c)
 {
     if (c->doomed)
         return;
-    int rc = fb_conn_flush(&c->conn);
-    if (rc < 0) {
+    if (fb_listener_flush(&s->l, &c->conn, c, &c->want_out) < 0)
         conn_doom(s, c);
-        return;
-    }
-    if ((rc == 1) != c->want_out) {
-        c->want_out = rc == 1;
-        struct epoll_event ev = {
-            .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c};
-        epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->conn.fd, &ev);
-    }
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -468,16 +446,11 @@ static void serve(struct fb_objsrv *s, struct fb_oconn *c,
 
 static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
 {
-    if (c->authed)
-        fb_log_debug("object server: client on fd %d gone: %s", c->conn.fd,
-                     why);
-    else if (c->evicted)
-        s->dropped++;
-    else {
-        fb_log_warn("object server: dropping peer on fd %d: %s", c->conn.fd,
-                    why);
-        s->dropped++;
+    if (!c->authed) { /* in the gate, which logs and counts it */
+        fb_gate_drop(&s->gate, &c->peer, why);
+        return;
     }
+    fb_log_debug("object server: client on fd %d gone: %s", c->conn.fd, why);
     /* Its parked requests go first, then every object hears of it. */
     struct fb_oreq *r = s->parked, *next;
     for (; r; r = next) {
@@ -485,51 +458,22 @@ static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
         if (r->conn == c)
             req_free(r);
     }
-    if (c->authed)
-        for (struct fb_obj *o = s->objs; o; o = o->next)
-            if (o->ops->conn_gone)
-                o->ops->conn_gone(o, c);
-    if (c->doomed)
-        s->n_doomed--;
-    dirty_unlink(s, c);
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->conn.fd, NULL);
-    fb_conn_close(&c->conn);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    s->n_conns--;
-    if (!c->authed)
-        s->n_unauthed--;
-    free(c);
+    for (struct fb_obj *o = s->objs; o; o = o->next)
+        if (o->ops->conn_gone)
+            o->ops->conn_gone(o, c);
+    conn_free(s, c);
 }
 
-/* Returns 0 if the peer proved itself. */
-static int check_hello(struct fb_objsrv *s, struct fb_oconn *c,
-                       const struct fb_wire_hdr *h, const uint8_t *p)
+/* Reads what c sent while it is in the gate.  Returns 0 once it proved
+ * itself (HELLO with the run's token and build id: WELCOME is queued),
+ * else -1: it has not said enough yet, or it was dropped. */
+static int admit(struct fb_objsrv *s, struct fb_oconn *c)
 {
     struct fb_msg_hello m;
-    if (h->type != FB_MSG_HELLO) {
-        conn_drop(s, c, "first message was not HELLO");
+    if (fb_gate_serve(&s->gate, &c->peer, s->token, s->build_id, &m) != 1)
         return -1;
-    }
-    fb_wire_get_hello(p, h->len, &m, NULL, 0);
-    const char *why = NULL;
-    if (sodium_memcmp(m.token, s->token, sizeof s->token) != 0)
-        why = "authentication failed: wrong token";
-    else if (m.build_id_len != strlen(s->build_id) ||
-             memcmp(m.build_id, s->build_id, m.build_id_len) != 0)
-        why = "built from a different program";
-    if (why) {
-        if (fb_wire_put_reject(&c->conn.out, why, strlen(why)) == 0)
-            fb_conn_flush(&c->conn);
-        conn_drop(s, c, why);
-        return -1;
-    }
+    fb_gate_admit(&s->gate, &c->peer);
     c->authed = 1;
-    s->n_unauthed--;
     c->conn.max_payload = s->max_payload;
     struct fb_msg_welcome w = {0};
     fb_wire_put_welcome(&c->conn.out, &w);
@@ -545,16 +489,13 @@ static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
         send_now(s, c);
         return; /* the connection may be gone; read on the next round */
     }
+    if (!c->authed && admit(s, c) != 0)
+        return;
     int rc = fb_conn_read(&c->conn);
     struct fb_wire_hdr h;
     const uint8_t *p;
     int got;
-    while ((got = fb_conn_next(&c->conn, &h, &p)) == 1) {
-        if (!c->authed) {
-            if (check_hello(s, c, &h, p) != 0)
-                return;
-            continue;
-        }
+    while (!c->doomed && (got = fb_conn_next(&c->conn, &h, &p)) == 1) {
         if (h.type != FB_MSG_OCALL) {
             conn_drop(s, c, "expected OCALL");
             return;
@@ -626,25 +567,9 @@ static int run_timers(struct fb_objsrv *s)
     uint64_t now = fb_now_ms();
     uint64_t next = expire_due(s, now);
     reap_doomed(s);
-    if (s->burst_refused > 0 && now >= s->burst_last_ms + BURST_QUIET_MS) {
-        fb_log_warn("object server: no longer over max_pending_connections; "
-                    "closed %llu waiting connections to make room",
-                    (unsigned long long)s->burst_refused);
-        s->burst_refused = 0;
-    } else if (s->burst_refused > 0 &&
-               s->burst_last_ms + BURST_QUIET_MS < next) {
-        next = s->burst_last_ms + BURST_QUIET_MS;
-    }
-    struct fb_oconn *c = s->conns, *cn;
-    for (; c; c = cn) {
-        cn = c->next;
-        if (c->authed)
-            continue;
-        if (c->hello_deadline_ms <= now)
-            conn_drop(s, c, "said nothing valid in time");
-        else if (c->hello_deadline_ms < next)
-            next = c->hello_deadline_ms;
-    }
+    uint64_t gate_next = fb_gate_tick(&s->gate, now);
+    if (gate_next < next)
+        next = gate_next;
     if (next == UINT64_MAX)
         return -1;
     return next <= now ? 0 : (int)(next - now > 1000 ? 1000 : next - now);
@@ -654,7 +579,7 @@ static void accept_all(struct fb_objsrv *s)
 {
     for (int i = 0; i < 64; i++) {
         int fd;
-        int rc = fb_sock_accept(s->listen_fd, &fd);
+        int rc = fb_sock_accept(s->l.listen_fd, &fd);
         if (rc != 0)
             return;
         conn_add(s, fd);
@@ -667,19 +592,19 @@ static void accept_all(struct fb_objsrv *s)
 static int wait_events(struct fb_objsrv *s, struct epoll_event *evs, int max,
                        int timeout)
 {
-    int n = epoll_wait(s->epfd, evs, max, 0);
+    int n = epoll_wait(s->l.epfd, evs, max, 0);
     if (n != 0 || timeout == 0)
         return n;
     unsigned spin_us = fb_spin_budget(&s->spin);
     if (spin_us) {
         uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
         while (n == 0 && fb_now_ns() < until)
-            n = epoll_wait(s->epfd, evs, max, 0);
+            n = epoll_wait(s->l.epfd, evs, max, 0);
         fb_spin_result(&s->spin, n != 0);
         if (n != 0)
             return n;
     }
-    return epoll_wait(s->epfd, evs, max, timeout);
+    return epoll_wait(s->l.epfd, evs, max, timeout);
 }
 
 int fb_objsrv_step(struct fb_objsrv *s, int max_wait_ms)
@@ -712,7 +637,7 @@ void fb_objsrv_run(struct fb_objsrv *s, int stop_fd)
     if (stop_fd >= 0) {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP,
                                  .data.ptr = EV_CTRL};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, stop_fd, &ev);
+        epoll_ctl(s->l.epfd, EPOLL_CTL_ADD, stop_fd, &ev);
     }
     while (!s->stopping)
         fb_objsrv_step(s, -1);
@@ -731,33 +656,17 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
     struct fb_objsrv *s = calloc(1, sizeof *s);
     if (!s)
         return fb_err(FIBER_ENOMEM, "out of memory");
-    s->listen_fd = s->epfd = s->stop_efd = -1;
+    fb_listener_init(&s->l);
     memcpy(s->token, token, sizeof s->token);
     fb_strlcpy(s->build_id, build_id, sizeof s->build_id);
     s->max_payload = fb_rt_config()->max_message_bytes;
+    fb_gate_init(&s->gate, "object server", 0, 0, gate_close, s);
     fb_spin_init(&s->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
-    int rc = fb_sock_listen(addr, SOMAXCONN, &s->listen_fd, s->address,
-                            sizeof s->address);
-    if (rc == 0 && ((s->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-                    (s->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0))
-        rc = fb_err_errno(FIBER_ESYS, "object server setup");
-    if (rc == 0) {
-        struct epoll_event a = {.events = EPOLLIN, .data.ptr = EV_LISTEN};
-        struct epoll_event b = {.events = EPOLLIN, .data.ptr = EV_STOP};
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->listen_fd, &a);
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->stop_efd, &b);
-    }
-    if (rc == 0 && own_thread) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int err = pthread_create(&s->thread, NULL, server_main, s);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (err)
-            rc = fb_err(FIBER_ESYS, "cannot start the object server thread");
-        else
-            s->has_thread = 1;
-    }
+    int rc = fb_listener_open(&s->l, addr, EV_LISTEN, EV_STOP,
+                              "object server");
+    if (rc == 0 && own_thread)
+        rc = fb_listener_start(&s->l, server_main, s,
+                               "the object server thread");
     if (rc) {
         fb_objsrv_stop(s);
         return rc;
@@ -766,21 +675,22 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
     return 0;
 }
 
-const char *fb_objsrv_address(const struct fb_objsrv *s) { return s->address; }
+const char *fb_objsrv_address(const struct fb_objsrv *s)
+{
+    return s->l.address;
+}
 
-uint64_t fb_objsrv_dropped(struct fb_objsrv *s) { return s->dropped; }
+uint64_t fb_objsrv_dropped(struct fb_objsrv *s)
+{
+    return s->dropped + s->gate.dropped;
+}
 
 void fb_objsrv_stop(struct fb_objsrv *s)
 {
     if (!s)
         return;
-    if (s->has_thread) {
-        uint64_t one = 1;
-        if (write(s->stop_efd, &one, sizeof one) < 0) {
-            /* saturated: it is stopping already */
-        }
-        pthread_join(s->thread, NULL);
-    }
+    fb_listener_join(&s->l);
+    fb_gate_clear(&s->gate);
     while (s->conns)
         conn_drop(s, s->conns, "server stopping");
     while (s->objs) {
@@ -790,13 +700,6 @@ void fb_objsrv_stop(struct fb_objsrv *s)
             o->ops->destroy(o);
         free(o);
     }
-    if (s->listen_fd >= 0)
-        close(s->listen_fd);
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->stop_efd >= 0)
-        close(s->stop_efd);
-    if (strncmp(s->address, "unix:", 5) == 0)
-        unlink(s->address + 5);
+    fb_listener_close(&s->l);
     free(s);
 }

@@ -259,7 +259,7 @@ int fb_owait_take(struct fb_owait *w, fiber_buf *out);
 void fb_owait_free(struct fb_owait *w);
 int fb_future_from_owait(struct fb_owait *w, fiber_future **f);
 
-/* ---- managers (manager.c, with mobj.c and queue.c) ---- */
+/* ---- managers (manager.c, with mobj.c, mobj_srv.c and queue.c) ---- */
 
 /* Creates a queue object named name (NULL: a fresh name) on the server at
  * addr (queue.c). */
@@ -267,8 +267,8 @@ int fb_queue_create_on(fiber_queue **out, const char *addr,
                        const uint8_t *token, const char *name,
                        size_t capacity);
 /* Opens (creating it if new) the object called name, of kind ("dict",
- * "lock", ...: a kind of mobj.c), over c, the connection to the server at
- * addr; params are the kind's creation parameters (mobj.c). */
+ * "lock", ...: a kind of mobj_srv.c), over c, the connection to the server
+ * at addr; params are the kind's creation parameters (mobj_srv.c). */
 int fb_mobj_create(fiber_mobj **out, struct fb_oclient *c, const char *addr,
                    const uint8_t *token, const char *kind, const char *name,
                    const fiber_iov *params, size_t n);

@@ -4,7 +4,6 @@
  * and recording results exactly once.  The engine that moves tasks to
  * workers and results back is pool_sched.c.
  */
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/task.h"
+#include "core/thread.h"
 
 #define FUTURE_MAGIC 0x46555455u /* "FUTU" */
 #define IMAP_MAGIC 0x494d4150u   /* "IMAP" */
@@ -429,14 +429,9 @@ static void pool_release(struct fiber_pool *p)
 
 static int start_bg(struct fiber_pool *p)
 {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&p->bg, NULL, fb_pool_bg_main, p);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err)
-        return fb_err(FIBER_ESYS, "cannot start the pool's thread: %s",
-                      strerror(err));
+    int rc = fb_thread_start(&p->bg, fb_pool_bg_main, p, "the pool's thread");
+    if (rc)
+        return rc;
     p->bg_running = 1;
     return 0;
 }

@@ -3,16 +3,17 @@
  * arrays (allreduce, broadcast), the building block of data-parallel
  * training.
  *
- * Forming a ring.  The master creates a rendezvous object on its object
- * server.  Each member opens a listening socket of its own, then JOINs the
- * rendezvous with its rank and address.  A JOIN is parked on the server
- * until all N ranks are in; then every member is answered with every
- * member's address and the ring's random nonce.  A member dials the next
- * rank and accepts the previous one, and each end of each link proves
- * itself with a HELLO (wire.h) carrying the run's token, the program's
- * build id, the nonce (which ring) and the sender's rank ("ring-3").  A
- * stray or hostile peer on a member's socket is dropped without disturbing
- * the ring, and the listener is closed once both links are up.
+ * Forming a ring.  The master creates a rendezvous object on its object server
+ * (ring_rdv.c; its operations are ring_ops.h).  Each member opens a listening
+ * socket of its own, then JOINs the rendezvous with its rank and address.  A
+ * JOIN is parked on the server until all N ranks are in; then every member is
+ * answered with every member's address and the ring's random nonce.  A member
+ * dials the next rank and accepts the previous one, and each end of each link
+ * proves itself with a HELLO (wire.h) carrying the run's token, the program's
+ * build id, the nonce (which ring) and the sender's rank ("ring-3").  A stray
+ * or hostile peer on a member's socket waits in the join's gate (net/gate.h)
+ * and is dropped without disturbing the ring, and the listener is closed once
+ * both links are up.
  *
  * The links carry data one way: rank r writes only to its "next" link (to
  * r+1) and reads only from its "prev" link (from r-1).  Each step of a
@@ -46,11 +47,12 @@
  * whose root had already left, though that member needs only its prev.
  * A failed ring stays broken: later calls fail with FIBER_ESTATE.
  *
- * Threads: ring.c has none.  The rendezvous runs in the object server's
- * thread; a member's calls run in the caller's thread, one at a time per
- * handle.
+ * Threads: ring.c has none.  The rendezvous (ring_rdv.c) runs in the
+ * object server's thread; a member's calls run in the caller's thread,
+ * one at a time per handle.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
@@ -60,270 +62,21 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <sodium.h>
-
 #include "api/objsrv.h"
+#include "api/ring_ops.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
-
-#define RDV_JOIN (FB_OP_KIND + 0)    /* u32 rank, address -> nonce, addrs */
-#define RDV_MEMBERS (FB_OP_KIND + 1) /* -> u32 formed, (u32 rank, addr)... */
+#include "net/gate.h"
 
 #define RING_MAGIC 0x52494e47u /* "RING" */
-#define ADDR_MAX 600
 #define PIECE (1u << 20)      /* payload bytes behind one header */
 #define HDR_LEN 32u
 #define HDR_MAGIC 0x47524246u /* "FBRG" as little-endian bytes */
-#define HELLO_MAX 1024u       /* the largest frame a joining peer may send */
 #define MAX_CANDIDATES 8      /* unproven connections held while joining */
 #define LISTEN_BACKLOG 16
 
 enum { K_SCATTER = 1, K_GATHER = 2, K_BCAST = 3 };
-
-/* ==== the rendezvous: a kind of object on an object server ============== */
-
-/* Where a joining member listens, and on which connection it joined. */
-struct rdv_sock {
-    const struct fb_oconn *conn;
-    char *addr; /* NULL when unknown */
-};
-
-struct rdv {
-    uint32_t n;
-    int formed;
-    uint64_t nonce;
-    /* The parked JOINs are the members so far.  Keeping no other table of
-     * members is what frees the rank of one that leaves before the ring
-     * forms: the server frees the parked requests of a client that went
-     * (and of those whose deadline passed), which takes them off this
-     * queue, so the rank is free again for a replacement. */
-    struct fb_waitq joiners;
-    /* By rank, until the ring forms: a member killed while it waits
-     * cannot remove its own socket, which would keep the run directory
-     * from being removed; conn_gone removes it instead. */
-    struct rdv_sock *socks;
-};
-
-static uint32_t req_rank(const struct fb_oreq *r)
-{
-    uint32_t rank = 0;
-    fb_item_u32(r, 0, &rank);
-    return rank;
-}
-
-static int rank_taken(const struct rdv *d, uint32_t rank)
-{
-    for (const struct fb_oreq *q = d->joiners.head; q; q = q->wnext)
-        if (req_rank(q) == rank)
-            return 1;
-    return 0;
-}
-
-/* Returns 0 if req is a JOIN the rendezvous can take; otherwise answers
- * it with the reason and returns -1. */
-static int join_valid(const struct rdv *d, struct fb_oreq *req)
-{
-    uint32_t rank;
-    if (d->formed) {
-        fb_oreq_fail(req, FIBER_ESTATE,
-                     "this ring has already formed; create a new ring");
-        return -1;
-    }
-    if (req->count != 2 || fb_item_u32(req, 0, &rank) != 0 ||
-        req->items[1].len >= ADDR_MAX ||
-        (d->n > 1 && req->items[1].len == 0)) {
-        fb_oreq_fail(req, FIBER_EINVAL, "JOIN wants a rank and an address");
-        return -1;
-    }
-    if (rank >= d->n) {
-        fb_oreq_fail(req, FIBER_EINVAL,
-                     "rank %u is out of range for a ring of %u", rank, d->n);
-        return -1;
-    }
-    if (rank_taken(d, rank)) {
-        fb_oreq_fail(req, FIBER_EINVAL, "rank %u has already joined", rank);
-        return -1;
-    }
-    return 0;
-}
-
-/* Copies q's address into copy (whose capacity was reserved, so its data
- * does not move) and points the item for q's rank at it. */
-static void add_address(fiber_iov *items, fiber_buf *copy,
-                        const struct fb_oreq *q)
-{
-    const fiber_iov *a = &q->items[1];
-    items[1 + req_rank(q)] = (fiber_iov){copy->data + copy->len, a->len};
-    fiber_buf_append(copy, a->data, a->len);
-}
-
-/* The last member is in: answers every JOIN with the nonce and every
- * address by rank.  The addresses are copied first because answering a
- * request frees the request's own bytes. */
-static void rdv_form(struct rdv *d, struct fb_oreq *last)
-{
-    size_t total = last->items[1].len;
-    for (const struct fb_oreq *q = d->joiners.head; q; q = q->wnext)
-        total += q->items[1].len;
-    fiber_iov *items = calloc(d->n + 1, sizeof *items);
-    fiber_buf copy = {0};
-    if (!items || fiber_buf_reserve(&copy, total + 1) != 0) {
-        free(items);
-        fb_oreq_fail(last, FIBER_ENOMEM, "out of memory forming the ring");
-        return;
-    }
-    items[0] = (fiber_iov){&d->nonce, sizeof d->nonce};
-    add_address(items, &copy, last);
-    for (const struct fb_oreq *q = d->joiners.head; q; q = q->wnext)
-        add_address(items, &copy, q);
-    d->formed = 1;
-    struct fb_oreq *q;
-    while ((q = fb_waitq_pop(&d->joiners)))
-        fb_oreq_reply(q, 0, items, d->n + 1);
-    fb_oreq_reply(last, 0, items, d->n + 1);
-    free(items);
-    fiber_buf_free(&copy);
-}
-
-static void sock_forget(struct rdv_sock *k)
-{
-    free(k->addr);
-    k->addr = NULL;
-    k->conn = NULL;
-}
-
-/* Remembers where a parked member listens (best effort: without memory,
- * only the clean-up after a killed member is lost). */
-static void sock_note(struct rdv *d, const struct fb_oreq *req)
-{
-    struct rdv_sock *k = &d->socks[req_rank(req)];
-    sock_forget(k);
-    k->conn = req->conn;
-    k->addr = strndup(req->items[1].data, req->items[1].len);
-}
-
-/* Removes a member's unix socket, but only if it is one of ours: named
- * ring* in the directory of this server's own socket. */
-static void sock_unlink(const struct fb_objsrv *srv, const char *addr)
-{
-    const char *mine = fb_objsrv_address(srv);
-    const char *slash = strrchr(addr, '/'), *my_slash = strrchr(mine, '/');
-    size_t dir = slash ? (size_t)(slash - addr) : 0;
-    if (strncmp(addr, "unix:", 5) != 0 || !slash || !my_slash ||
-        dir != (size_t)(my_slash - mine) || memcmp(addr, mine, dir) != 0 ||
-        strncmp(slash + 1, "ring", 4) != 0)
-        return;
-    if (unlink(addr + 5) == 0)
-        fb_log_debug("ring: removed %s, left by a member that went", addr);
-}
-
-static void rdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
-{
-    struct rdv *d = o->state;
-    for (uint32_t i = 0; i < d->n; i++) {
-        if (d->socks[i].conn != c)
-            continue;
-        if (d->socks[i].addr)
-            sock_unlink(o->srv, d->socks[i].addr);
-        sock_forget(&d->socks[i]);
-    }
-}
-
-static void rdv_join(struct rdv *d, struct fb_oreq *req)
-{
-    if (join_valid(d, req) != 0)
-        return;
-    if (d->joiners.len + 1 == d->n) {
-        rdv_form(d, req);
-        for (uint32_t i = 0; d->formed && i < d->n; i++)
-            sock_forget(&d->socks[i]); /* the members own them now */
-    } else if (req->deadline_ms <= fb_now_ms()) {
-        fb_oreq_fail(req, FIBER_ETIMEDOUT,
-                     "only %zu of the ring's %u members have joined",
-                     d->joiners.len + 1, d->n);
-    } else {
-        sock_note(d, req);
-        fb_oreq_park(req, &d->joiners);
-    }
-}
-
-/* Who is waiting so far (for tests and diagnostics). */
-static void rdv_members(struct rdv *d, struct fb_oreq *req)
-{
-    size_t k = d->joiners.len;
-    fiber_iov *items = calloc(1 + 2 * k, sizeof *items);
-    uint32_t *ranks = calloc(k + 1, sizeof *ranks);
-    uint32_t formed = (uint32_t)d->formed;
-    if (!items || !ranks) {
-        free(items);
-        free(ranks);
-        fb_oreq_fail(req, FIBER_ENOMEM, "out of memory");
-        return;
-    }
-    items[0] = (fiber_iov){&formed, 4};
-    size_t i = 0;
-    for (const struct fb_oreq *q = d->joiners.head; q; q = q->wnext, i++) {
-        ranks[i] = req_rank(q);
-        items[1 + 2 * i] = (fiber_iov){&ranks[i], 4};
-        items[2 + 2 * i] = q->items[1];
-    }
-    fb_oreq_reply(req, 0, items, 1 + 2 * k);
-    free(items);
-    free(ranks);
-}
-
-static int rdv_call(struct fb_obj *o, struct fb_oreq *req)
-{
-    struct rdv *d = o->state;
-    if (req->op == RDV_JOIN)
-        rdv_join(d, req);
-    else if (req->op == RDV_MEMBERS)
-        rdv_members(d, req);
-    else
-        fb_oreq_fail(req, FIBER_EINVAL, "rendezvous has no operation %d",
-                     req->op);
-    return 1;
-}
-
-static void rdv_destroy(struct fb_obj *o)
-{
-    struct rdv *d = o->state;
-    for (uint32_t i = 0; i < d->n; i++)
-        sock_forget(&d->socks[i]);
-    free(d->socks);
-    free(d);
-}
-
-static const struct fb_obj_ops rdv_ops = {
-    .call = rdv_call,
-    .conn_gone = rdv_conn_gone,
-    .destroy = rdv_destroy,
-};
-
-static int rdv_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
-{
-    uint32_t members = 0;
-    if (n >= 1 && params[0].len == 4)
-        memcpy(&members, params[0].data, 4);
-    if (members < 1 || members > FIBER_RING_MAX_MEMBERS)
-        return fb_err(FIBER_EINVAL, "a ring has 1 to %d members, not %u",
-                      FIBER_RING_MAX_MEMBERS, members);
-    struct rdv *d = calloc(1, sizeof *d);
-    if (d && !(d->socks = calloc(members, sizeof *d->socks))) {
-        free(d);
-        d = NULL;
-    }
-    if (!d)
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    d->n = members;
-    randombytes_buf(&d->nonce, sizeof d->nonce);
-    o->state = d;
-    o->ops = &rdv_ops;
-    return 0;
-}
-
-const struct fb_obj_kind fb_kind_rendezvous = {"rendezvous", rdv_create};
 
 /* ==== handles ============================================================ */
 
@@ -331,7 +84,8 @@ struct fiber_ring {
     uint32_t magic;
     int n;
     int rank;                 /* -1 on the creator's handle */
-    char addr[ADDR_MAX];      /* the object server holding the rendezvous */
+    char addr[FB_RING_ADDR_MAX]; /* the object server holding the
+                                    rendezvous */
     uint8_t token[FB_WIRE_TOKEN_LEN];
     uint32_t obj;
     struct fb_conn next, prev; /* our links (fd -1 when closed): conns,
@@ -367,8 +121,8 @@ static int ring_alloc(fiber_ring **out, const char *addr,
     fb_strlcpy(r->addr, addr, sizeof r->addr);
     memcpy(r->token, token, FB_WIRE_TOKEN_LEN);
     r->obj = obj;
-    fb_conn_init(&r->next, -1, HELLO_MAX);
-    fb_conn_init(&r->prev, -1, HELLO_MAX);
+    fb_conn_init(&r->next, -1, FB_GATE_HELLO_MAX);
+    fb_conn_init(&r->prev, -1, FB_GATE_HELLO_MAX);
     *out = r;
     return 0;
 }
@@ -430,9 +184,9 @@ static uint64_t get64(const uint8_t *p)
 struct joining {
     uint64_t deadline;
     int listen_fd;
-    char bound[ADDR_MAX]; /* our listening address */
+    char bound[FB_RING_ADDR_MAX]; /* our listening address */
     uint64_t nonce;
-    char next_addr[ADDR_MAX];
+    char next_addr[FB_RING_ADDR_MAX];
     struct fb_conn next; /* the link we dialed, during its handshake */
 };
 
@@ -461,7 +215,7 @@ static int listen_address(const fiber_ring *r, char *out, size_t size)
 
 static int start_listening(const fiber_ring *r, struct joining *j)
 {
-    char want[ADDR_MAX];
+    char want[FB_RING_ADDR_MAX];
     int rc = listen_address(r, want, sizeof want);
     if (rc == 0)
         rc = fb_sock_listen(want, LISTEN_BACKLOG, &j->listen_fd, j->bound,
@@ -506,7 +260,7 @@ static int rendezvous(const fiber_ring *r, struct joining *j)
     uint32_t rank = (uint32_t)r->rank;
     fiber_iov items[2] = {{&rank, 4}, {j->bound, strlen(j->bound)}};
     struct fb_oresult res = {0};
-    rc = fb_ocall(c, r->obj, RDV_JOIN, fb_ms_left(j->deadline), items, 2,
+    rc = fb_ocall(c, r->obj, FB_RDV_JOIN, fb_ms_left(j->deadline), items, 2,
                   &res);
     fb_oclient_release(c);
     if (rc == 0)
@@ -536,34 +290,38 @@ static int put_hello(const fiber_ring *r, uint64_t nonce, fiber_buf *out)
     return fb_wire_put_hello(out, &h);
 }
 
+/* Says in why what is wrong with m, a HELLO with the run's token and
+ * build id, for rank want of this ring; returns 0 when nothing is. */
+static int ring_hello_problem(uint64_t nonce, int want,
+                              const struct fb_msg_hello *m, char *why,
+                              size_t size)
+{
+    char name[32];
+    snprintf(name, sizeof name, "ring-%d", want);
+    if (m->job_id != nonce)
+        snprintf(why, size, "it belongs to another ring");
+    else if (m->name_len != strlen(name) ||
+             memcmp(m->name, name, m->name_len) != 0)
+        snprintf(why, size, "it is %.*s, not %s", (int)m->name_len, m->name,
+                 name);
+    else
+        return 0;
+    return -1;
+}
+
 /* Says in why what is wrong with a frame that should be rank want's HELLO
- * for this ring; returns 0 when nothing is. */
+ * for this ring: the run's token and build id (fb_hello_check), then the
+ * nonce (which ring) and the name ("ring-R").  Returns 0 when nothing
+ * is. */
 static int hello_problem(const fiber_ring *r, uint64_t nonce, int want,
                          const struct fb_wire_hdr *h, const uint8_t *p,
                          char *why, size_t size)
 {
     struct fb_msg_hello m;
-    char name[32];
-    snprintf(name, sizeof name, "ring-%d", want);
-    const char *bid = fb_rt_build_id();
-    if (h->type != FB_MSG_HELLO)
-        snprintf(why, size, "its first message was %s, not HELLO",
-                 fb_msg_type_name(h->type));
-    else if (fb_wire_get_hello(p, h->len, &m, why, size) != 0)
+    if (fb_hello_check(h, p, r->token, fb_rt_build_id(), &m, why, size) !=
+        FB_HELLO_OK)
         return -1;
-    else if (sodium_memcmp(m.token, r->token, sizeof m.token) != 0)
-        snprintf(why, size, "wrong token");
-    else if (m.build_id_len != strlen(bid) ||
-             memcmp(m.build_id, bid, m.build_id_len) != 0)
-        snprintf(why, size, "built from a different program");
-    else if (m.job_id != nonce)
-        snprintf(why, size, "it belongs to another ring");
-    else if (m.name_len != strlen(name) || memcmp(m.name, name, m.name_len))
-        snprintf(why, size, "it is %.*s, not %s", (int)m.name_len, m.name,
-                 name);
-    else
-        return 0;
-    return -1;
+    return ring_hello_problem(nonce, want, &m, why, size);
 }
 
 /* Moves a conn whose HELLOs are done to link, which from then on carries
@@ -577,7 +335,7 @@ static int adopt_link(struct fb_conn *c, struct fb_conn *link)
                                     "answered");
     fb_conn_close(link);
     *link = *c;
-    fb_conn_init(c, -1, HELLO_MAX);
+    fb_conn_init(c, -1, FB_GATE_HELLO_MAX);
     return 0;
 }
 
@@ -598,7 +356,7 @@ static int dial_next(const fiber_ring *r, struct joining *j)
     }
     if (rc)
         return rc;
-    fb_conn_init(&j->next, fd, HELLO_MAX);
+    fb_conn_init(&j->next, fd, FB_GATE_HELLO_MAX);
     rc = fb_conn_secure_for(&j->next, j->next_addr, FB_SEC_CLIENT, r->token);
     if (rc == 0)
         rc = put_hello(r, j->nonce, &j->next.out);
@@ -630,83 +388,92 @@ static int await_next(fiber_ring *r, struct joining *j)
         return fb_err(rc == FIBER_EPROTO ? rc : FIBER_ECLOSED,
                       "ring rank %d: rank %d did not answer: %s", r->rank,
                       want, j->next.err);
-    char why[200];
+    char why[512];
     if (hello_problem(r, j->nonce, want, &h, p, why, sizeof why) != 0)
         return fb_err(FIBER_EAUTH, "ring rank %d: the peer at %s is not "
                       "rank %d: %s", r->rank, j->next_addr, want, why);
     return adopt_link(&j->next, &r->next);
 }
 
-/* Connections on our socket that have not yet proved who they are. */
-struct candidates {
-    struct fb_conn c[MAX_CANDIDATES];
-    int n;
+/* A connection on our socket that has not yet proved who it is: it waits
+ * in the join's gate (net/gate.h): at most MAX_CANDIDATES at once, each
+ * for connect_timeout_ms. */
+struct cand {
+    struct fb_conn conn;
+    struct fb_gate_peer peer;
 };
 
-static void cand_drop(struct candidates *cs, int i, const char *why)
+static struct cand *cand_of(struct fb_gate_peer *p)
 {
-    fb_log_warn("ring: dropping a peer on our socket: %s", why);
-    fb_conn_close(&cs->c[i]);
-    cs->c[i] = cs->c[--cs->n];
+    return (struct cand *)((char *)p - offsetof(struct cand, peer));
 }
 
-/* Reads what candidate i sent.  Returns 1 when it is the previous rank, 0
+/* The gate's close function. */
+static void cand_close(struct fb_gate_peer *p, void *arg)
+{
+    (void)arg;
+    struct cand *c = cand_of(p);
+    fb_conn_close(&c->conn);
+    free(c);
+}
+
+/* Reads what candidate c sent.  Returns 1 when it is the previous rank, 0
  * while it has not said enough, -1 after dropping it. */
 static int cand_serve(const fiber_ring *r, const struct joining *j,
-                      struct candidates *cs, int i)
+                      struct fb_gate *g, struct cand *c)
 {
-    struct fb_conn *c = &cs->c[i];
-    struct fb_wire_hdr h;
-    const uint8_t *p;
-    int rc = fb_conn_read(c);
-    int got = fb_conn_next(c, &h, &p);
-    if (got == 1) {
-        char why[200];
-        if (hello_problem(r, j->nonce, mod(r->rank - 1, r->n), &h, p, why,
-                          sizeof why) == 0)
-            return 1;
-        cand_drop(cs, i, why);
-        return -1;
-    }
-    if (got < 0 || rc != 0) {
-        cand_drop(cs, i, c->err[0] ? c->err : "closed before HELLO");
-        return -1;
-    }
-    return 0;
+    struct fb_msg_hello m;
+    int rc = fb_gate_serve(g, &c->peer, r->token, fb_rt_build_id(), &m);
+    if (rc != 1)
+        return rc;
+    char why[200];
+    if (ring_hello_problem(j->nonce, mod(r->rank - 1, r->n), &m, why,
+                           sizeof why) == 0)
+        return 1;
+    fb_gate_reject(g, &c->peer, why);
+    return -1;
 }
 
 /* Accepts what is pending, reading each newcomer at once: the previous
  * rank sends its HELLO as soon as it connects, so it is recognised before
  * a flood of other connections could push it out. */
-static int cand_accept(const fiber_ring *r, const struct joining *j,
-                       struct candidates *cs)
+static struct cand *cand_accept(const fiber_ring *r, const struct joining *j,
+                                struct fb_gate *g)
 {
     int fd;
     while (fb_sock_accept(j->listen_fd, &fd) == 0) {
-        if (cs->n == MAX_CANDIDATES)
-            cand_drop(cs, 0, "too many unproven connections");
-        fb_conn_init(&cs->c[cs->n++], fd, HELLO_MAX);
-        if (fb_conn_secure_for(&cs->c[cs->n - 1], j->bound, FB_SEC_SERVER,
-                               r->token) != 0) {
-            cand_drop(cs, cs->n - 1, fiber_last_error());
+        struct cand *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
             continue;
         }
-        if (cand_serve(r, j, cs, cs->n - 1) == 1)
-            return cs->n - 1;
+        fb_conn_init(&c->conn, fd, FB_GATE_HELLO_MAX);
+        if (fb_conn_secure_for(&c->conn, j->bound, FB_SEC_SERVER,
+                               r->token) != 0) {
+            fb_log_warn("ring: dropping peer on fd %d: %s", fd,
+                        fiber_last_error());
+            fb_conn_close(&c->conn);
+            free(c);
+            continue;
+        }
+        fb_gate_add(g, &c->peer, &c->conn);
+        if (cand_serve(r, j, g, c) == 1)
+            return c;
     }
-    return -1;
+    return NULL;
 }
 
-/* One round after poll: serves the candidates that stirred (from the end,
- * since a drop moves the last into the hole) and accepts newcomers.
- * Returns the index of the previous rank's connection, or -1. */
-static int cand_round(const fiber_ring *r, const struct joining *j,
-                      struct candidates *cs, const struct pollfd *pf)
+/* One round after poll: serves the n candidates cs that stirred and
+ * accepts newcomers (last: making room closes candidates).  Returns the
+ * previous rank's candidate, or NULL. */
+static struct cand *cand_round(const fiber_ring *r, const struct joining *j,
+                               struct fb_gate *g, struct cand **cs, int n,
+                               const struct pollfd *pf)
 {
-    for (int i = cs->n - 1; i >= 0; i--)
-        if (pf[1 + i].revents && cand_serve(r, j, cs, i) == 1)
-            return i;
-    return pf[0].revents ? cand_accept(r, j, cs) : -1;
+    for (int i = 0; i < n; i++)
+        if (pf[1 + i].revents && cand_serve(r, j, g, cs[i]) == 1)
+            return cs[i];
+    return pf[0].revents ? cand_accept(r, j, g) : NULL;
 }
 
 /* Waits for the previous rank among whatever connects to our socket.  The
@@ -714,25 +481,35 @@ static int cand_round(const fiber_ring *r, const struct joining *j,
  * closes that link, and failing here as well passes the news on even when
  * the previous rank will never come and there is no timeout. */
 static int find_prev(const fiber_ring *r, struct joining *j,
-                     struct candidates *cs, int *won)
+                     struct fb_gate *g, struct cand **won)
 {
-    *won = -1;
-    while (*won < 0) {
+    *won = NULL;
+    while (!*won) {
+        uint64_t now = fb_now_ms();
+        uint64_t next = fb_gate_tick(g, now); /* drops the late */
         struct pollfd pf[2 + MAX_CANDIDATES];
+        struct cand *cs[MAX_CANDIDATES];
+        int n = 0;
         pf[0] = (struct pollfd){.fd = j->listen_fd, .events = POLLIN};
-        for (int i = 0; i < cs->n; i++)
-            pf[1 + i] = (struct pollfd){.fd = cs->c[i].fd, .events = POLLIN};
+        for (struct fb_gate_peer *p = g->oldest; p && n < MAX_CANDIDATES;
+             p = p->newer, n++) {
+            cs[n] = cand_of(p);
+            pf[1 + n] = (struct pollfd){.fd = cs[n]->conn.fd, .events = POLLIN};
+        }
         /* Our HELLO to next may still wait for its key (encryption). */
-        pf[1 + cs->n] = (struct pollfd){
+        pf[1 + n] = (struct pollfd){
             .fd = j->next.fd,
             .events = (short)(POLLRDHUP | fb_conn_wait_events(&j->next))};
-        int k = poll(pf, (nfds_t)(2 + cs->n), fb_ms_left(j->deadline));
-        if (k == 0)
+        int wait = fb_ms_left(j->deadline);
+        if (next != UINT64_MAX && (wait < 0 || next - now < (uint64_t)wait))
+            wait = (int)(next - now);
+        int k = poll(pf, (nfds_t)(2 + n), wait);
+        if (k == 0 && fb_ms_left(j->deadline) == 0)
             return fb_err(FIBER_ETIMEDOUT, "ring rank %d: rank %d did not "
                           "connect in time", r->rank, mod(r->rank - 1, r->n));
         if (k < 0 && errno != EINTR)
             return fb_err_errno(FIBER_ESYS, "poll");
-        short next_ev = k > 0 ? pf[1 + cs->n].revents : 0;
+        short next_ev = k > 0 ? pf[1 + n].revents : 0;
         if ((next_ev & (POLLIN | POLLOUT)) && fb_conn_flush(&j->next) < 0)
             return fb_err(FIBER_ECLOSED, "ring rank %d: cannot greet rank "
                           "%d: %s", r->rank, mod(r->rank + 1, r->n),
@@ -742,7 +519,7 @@ static int find_prev(const fiber_ring *r, struct joining *j,
                           "the ring was being linked", r->rank,
                           mod(r->rank + 1, r->n));
         if (k > 0)
-            *won = cand_round(r, j, cs, pf);
+            *won = cand_round(r, j, g, cs, n, pf);
     }
     return 0;
 }
@@ -750,18 +527,22 @@ static int find_prev(const fiber_ring *r, struct joining *j,
 /* Accepts the previous rank, answers its HELLO and keeps the link. */
 static int accept_prev(fiber_ring *r, struct joining *j)
 {
-    struct candidates cs = {.n = 0};
-    int won;
-    int rc = find_prev(r, j, &cs, &won);
+    struct fb_gate g;
+    fb_gate_init(&g, "ring", MAX_CANDIDATES, 0, cand_close, NULL);
+    struct cand *won;
+    int rc = find_prev(r, j, &g, &won);
     if (rc == 0)
-        rc = put_hello(r, j->nonce, &cs.c[won].out);
-    if (rc == 0 && fb_conn_flush_wait(&cs.c[won], j->deadline) != 0)
+        rc = put_hello(r, j->nonce, &won->conn.out);
+    if (rc == 0 && fb_conn_flush_wait(&won->conn, j->deadline) != 0)
         rc = fb_err(FIBER_ECLOSED, "ring rank %d: cannot answer rank %d: %s",
-                    r->rank, mod(r->rank - 1, r->n), cs.c[won].err);
-    if (rc == 0)
-        rc = adopt_link(&cs.c[won], &r->prev);
-    for (int i = 0; i < cs.n; i++)
-        fb_conn_close(&cs.c[i]);
+                    r->rank, mod(r->rank - 1, r->n), won->conn.err);
+    if (rc == 0) {
+        fb_gate_admit(&g, &won->peer);
+        rc = adopt_link(&won->conn, &r->prev);
+        fb_conn_close(&won->conn); /* empty, unless adopting failed */
+        free(won);
+    }
+    fb_gate_clear(&g);
     return rc;
 }
 
@@ -1284,7 +1065,7 @@ FIBER_API int fiber_ring_serialize(fiber_ring *r, fiber_buf *out)
 FIBER_API int fiber_ring_join(fiber_ring **out, const void *ser, size_t len,
                               int rank, int timeout_ms)
 {
-    char addr[ADDR_MAX];
+    char addr[FB_RING_ADDR_MAX];
     uint8_t token[FB_WIRE_TOKEN_LEN];
     uint32_t obj, n;
     if (!out)
@@ -1301,7 +1082,7 @@ FIBER_API int fiber_ring_join(fiber_ring **out, const void *ser, size_t len,
         return rc;
     struct joining j = {.deadline = fb_deadline_ms(timeout_ms),
                         .listen_fd = -1};
-    fb_conn_init(&j.next, -1, HELLO_MAX);
+    fb_conn_init(&j.next, -1, FB_GATE_HELLO_MAX);
     if (r->n > 1)
         rc = start_listening(r, &j);
     if (rc == 0)
@@ -1399,7 +1180,7 @@ FIBER_API void fiber_ring_free(fiber_ring *r)
 /* Fills addrs[rank] (r's size entries) with the address of each member
  * waiting at the rendezvous, "" for the others; *joined with how many
  * wait and *formed with 1 once the ring has formed. */
-int fb_ring_peek(fiber_ring *r, char (*addrs)[ADDR_MAX], int *joined,
+int fb_ring_peek(fiber_ring *r, char (*addrs)[FB_RING_ADDR_MAX], int *joined,
                  int *formed)
 {
     struct fb_oclient *c;
@@ -1409,7 +1190,7 @@ int fb_ring_peek(fiber_ring *r, char (*addrs)[ADDR_MAX], int *joined,
     if (rc)
         return rc;
     struct fb_oresult res = {0};
-    rc = fb_ocall(c, r->obj, RDV_MEMBERS, 0, NULL, 0, &res);
+    rc = fb_ocall(c, r->obj, FB_RDV_MEMBERS, 0, NULL, 0, &res);
     fb_oclient_release(c);
     const void *d, *a;
     size_t len, alen;
@@ -1426,7 +1207,7 @@ int fb_ring_peek(fiber_ring *r, char (*addrs)[ADDR_MAX], int *joined,
     for (uint32_t i = 1; rc == 0 && i + 1 < res.count; i += 2) {
         fb_oresult_item(&res, i, &d, &len);
         fb_oresult_item(&res, i + 1, &a, &alen);
-        if (len != 4 || alen >= ADDR_MAX)
+        if (len != 4 || alen >= FB_RING_ADDR_MAX)
             continue;
         memcpy(&v, d, 4);
         if (v < (uint32_t)r->n) {

@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +26,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "api/object_int.h"
-#include "api/objsrv.h"
 #include "core/child.h"
 #include "core/common.h"
+#include "core/hooks.h"
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/task.h"
+#include "core/thread.h"
 
 extern char **environ;
 
@@ -108,7 +107,7 @@ static void read_boot(struct boot *b)
     const char *run = getenv("FIBER_BOOT_RUN");
     if (run)
         fb_strlcpy(fb_rt()->run_id, run, sizeof fb_rt()->run_id);
-    fb_objects_set_master(getenv("FIBER_BOOT_OBJECTS"));
+    fb_rt_api()->objects_master(getenv("FIBER_BOOT_OBJECTS"));
     unsetenv("FIBER_BOOT_OBJECTS");
     unsetenv("FIBER_BOOT_ADDR");
     unsetenv("FIBER_BOOT_JOB");
@@ -206,14 +205,8 @@ static void *watchdog(void *arg)
 static void start_watchdog(struct fb_child *ch)
 {
     pthread_t t;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&t, NULL, watchdog, ch);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err)
-        die(FB_EXIT_BOOT, "cannot start the watchdog thread: %s",
-            strerror(err));
+    if (fb_thread_start(&t, watchdog, ch, "the watchdog thread") != 0)
+        die(FB_EXIT_BOOT, "%s", fiber_last_error());
     pthread_detach(t);
 }
 
@@ -247,7 +240,7 @@ static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
     fb_log_debug("running task '%s' (%u argument bytes)", task, m.arg_len);
     int rc = fn(arg, m.arg_len, &out);
     /* Pipelined queue puts of handles the target did not free. */
-    fb_oclients_drain(fb_deadline_ms(30000));
+    fb_rt_api()->drain(fb_deadline_ms(30000));
     const char *why = fb_task_failure();
     /* A target that failed through fiber_task_fail() exits with 1, as a
      * Python process whose target raised does; its message travels in

@@ -1,6 +1,7 @@
 /*
- * runtime.c -- fiber_init and the roles, the run's identity, configuration
- * layering, and the master's job records.
+ * runtime.c -- fb_rt_init (fiber_init's work; fiber_init is api/init.c)
+ * and the roles, the run's identity, configuration layering, and the
+ * master's job records.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,12 +16,11 @@
 
 #include <sodium.h>
 
-#include "api/object_int.h"
 #include "core/common.h"
+#include "core/hooks.h"
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/task.h"
-#include "api/objsrv.h"
 
 extern char **environ;
 
@@ -39,14 +39,6 @@ int fb_rt_is_master(void) { return rt.initialized && rt.master; }
 const struct fb_config *fb_rt_config(void) { return &rt.cfg; }
 const uint8_t *fb_rt_token(void) { return rt.token; }
 const char *fb_rt_build_id(void) { return rt.build_id; }
-
-uint64_t fb_rt_dropped_peers(void)
-{
-    fb_rt_lock();
-    uint64_t n = rt.dropped_peers;
-    fb_rt_unlock();
-    return n;
-}
 
 int fb_rt_wait(uint64_t deadline_ms)
 {
@@ -222,7 +214,7 @@ static int init_common(int *argc, char ***argv)
     return 0;
 }
 
-FIBER_API int fiber_init(int *argc, char ***argv)
+int fb_rt_init(int *argc, char ***argv)
 {
     fb_err_clear();
     fb_rt_lock();
@@ -337,8 +329,7 @@ FIBER_API void fiber_shutdown(void)
     if (!active)
         return;
     fb_stop_shutdown(); /* a stop callback still running may use fiber */
-    fb_master_objsrv_stop();
-    fb_objects_shutdown();
+    fb_rt_api()->shutdown(); /* the API layer's servers */
     fb_service_stop();
     fb_rt_lock();
     if (rt.backend) {
@@ -508,7 +499,7 @@ static char **job_env(const struct fb_jobrec *j, const fiber_job_opts *opts)
                               {"NAME", j->name},
                               {"RUN", rt.run_id},
                               {"JOB", NULL},
-                              {"OBJECTS", fb_objects_master_address()}};
+                              {"OBJECTS", fb_rt_api()->objects_address()}};
     char id[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
     boot[3][1] = id;

@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
+#include "net/gate.h"
 #include "net/net.h"
 #include "wire/wire.h"
 
@@ -83,6 +84,10 @@ struct fb_jobrec {
     struct fb_jobrec *hash_next;
     struct fb_jobrec *prev, *next;
 };
+
+/* fiber_init's work, once the API layer has registered its hooks
+ * (api/init.c, core/hooks.h): in a child it never returns. */
+int fb_rt_init(int *argc, char ***argv);
 
 /* Returns 1 in the master after fiber_init(). */
 int fb_rt_is_master(void);
@@ -177,12 +182,7 @@ struct fb_runtime {
     int listen_fd, epoll_fd, wake_fd;
     pthread_t service_thread;
     int service_running, service_stop;
-    uint64_t dropped_peers;
-    uint64_t refused_peers;     /* closed over max_pending_connections */
-    uint64_t burst_refused;     /* of those, in the current burst */
-    uint64_t burst_last_ms;     /* when the last of them was closed */
-    struct fb_pending *pending; /* unauthenticated connections */
-    int n_pending;
+    struct fb_gate gate;        /* connections not yet authenticated */
 
     /* master: jobs */
     uint64_t next_job_id;

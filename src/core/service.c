@@ -9,8 +9,9 @@
  * What it does: accepts connections on the run's listening socket (at
  * most max_pending_connections unauthenticated at once: the oldest makes
  * room; over TCP with `encryption` on, each is encrypted: net/secure.c);
- * holds each until it proves itself with HELLO (the run's token, compared
- * in constant time, and the program's build id) or drops it, logging why;
+ * holds each in its gate (net/gate.h) until it proves itself with HELLO
+ * (the run's token, compared in constant time, and the program's build
+ * id) for a job that has not connected yet, or drops it, logging why;
  * hands authenticated connections to their job's owner; notices ended jobs
  * (the backend's event descriptor, or polling) and reaps them; turns
  * SIGTERM into SIGKILL when a terminated job outlives its grace period.
@@ -20,6 +21,7 @@
  * waited is simply not found.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,13 +34,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <sodium.h>
-
 #include "core/addr.h"
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/stats_srv.h"
+#include "core/thread.h"
 
 #define EV_LISTEN 1u
 #define EV_WAKE 2u
@@ -48,18 +49,12 @@
 #define EV_KIND(d) ((unsigned)((d)&7u))
 #define EV_JOB(id, kind) (((uint64_t)(id) << 3) | (kind))
 
-/* A connection that has not yet proved itself.  Its frames may be at most
- * this big: HELLO is under 200 bytes. */
-#define PENDING_MAX_PAYLOAD 1024u
-/* A burst of connections over max_pending_connections ends after this
- * long without one. */
-#define BURST_QUIET_MS 1000
 #define POLL_INTERVAL_MS 100
 
+/* A connection that has not yet proved itself (net/gate.h). */
 struct fb_pending {
     struct fb_conn conn;
-    uint64_t deadline_ms;
-    struct fb_pending *prev, *next;
+    struct fb_gate_peer peer;
 };
 
 static struct fb_runtime *R;
@@ -123,88 +118,38 @@ void fb_service_unwatch_job(struct fb_jobrec *j)
 
 /* ---- unauthenticated peers -------------------------------------------- */
 
-static void pending_unlink(struct fb_pending *p)
+static struct fb_pending *pending_of(struct fb_gate_peer *p)
 {
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        R->pending = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    R->n_pending--;
+    return (struct fb_pending *)((char *)p - offsetof(struct fb_pending, peer));
 }
 
-/* Drops a peer that failed to prove itself; why goes to the log. */
-static void drop_pending(struct fb_pending *p, const char *why)
+/* The gate's close function: the peer is out of the gate already. */
+static void close_pending(struct fb_gate_peer *peer, void *arg)
 {
-    fb_log_warn("dropping peer on fd %d: %s", p->conn.fd, why);
-    R->dropped_peers++;
+    FB_UNUSED(arg);
+    struct fb_pending *p = pending_of(peer);
     ep_del(p->conn.fd);
-    pending_unlink(p);
     fb_conn_close(&p->conn);
     free(p);
 }
 
-/* Tells the peer why it is refused (best effort: one non-blocking write of
- * a small frame), then drops it. */
-static void reject_pending(struct fb_pending *p, const char *why)
+/* Reads one of the gate's counters under the runtime lock. */
+static uint64_t gate_count(const uint64_t *counter)
 {
-    if (fb_wire_put_reject(&p->conn.out, why, strlen(why)) == 0)
-        fb_conn_flush(&p->conn);
-    drop_pending(p, why);
+    fb_rt_lock();
+    uint64_t n = *counter;
+    fb_rt_unlock();
+    return n;
 }
 
-/* Makes room for a new connection when max_pending_connections others
- * wait to prove themselves: the one that has waited longest is closed.
- * (A child sends HELLO within milliseconds of connecting, so under a
- * flood of silent or slow strangers it is a stranger that goes; refusing
- * the newcomer instead would lock every new child out for as long as the
- * strangers' connect_timeout_ms.)  Logged once per burst, and once more
- * when the burst is over (end_refusal_burst): BURST_QUIET_MS without
- * another. */
-static void evict_oldest_pending(void)
+uint64_t fb_rt_dropped_peers(void)
 {
-    struct fb_pending *old = R->pending;
-    while (old && old->next)
-        old = old->next;
-    if (!old)
-        return;
-    if (R->burst_refused++ == 0)
-        fb_log_warn("%d connections are waiting to authenticate "
-                    "(max_pending_connections): closing the oldest to make "
-                    "room for new ones",
-                    R->n_pending);
-    R->refused_peers++;
-    R->dropped_peers++;
-    R->burst_last_ms = fb_now_ms();
-    ep_del(old->conn.fd);
-    pending_unlink(old);
-    fb_conn_close(&old->conn);
-    free(old);
-}
-
-/* Returns when the current burst ends (UINT64_MAX: none), logging its
- * end if that is now. */
-static uint64_t end_refusal_burst(uint64_t now)
-{
-    if (R->burst_refused == 0)
-        return UINT64_MAX;
-    if (now < R->burst_last_ms + BURST_QUIET_MS)
-        return R->burst_last_ms + BURST_QUIET_MS;
-    fb_log_warn("no longer over max_pending_connections; closed %llu "
-                "waiting connections to make room",
-                (unsigned long long)R->burst_refused);
-    R->burst_refused = 0;
-    return UINT64_MAX;
+    return gate_count(&fb_rt()->gate.dropped);
 }
 
 uint64_t fb_rt_refused_peers(void)
 {
-    R = fb_rt();
-    fb_rt_lock();
-    uint64_t n = R->refused_peers;
-    fb_rt_unlock();
-    return n;
+    return gate_count(&fb_rt()->gate.refused);
 }
 
 static void accept_peers(void)
@@ -218,23 +163,15 @@ static void accept_peers(void)
             /* Out of descriptors: make room by dropping the oldest
              * stranger rather than spinning on a readable listener. */
             fb_log_error("accept failed: %s", fiber_last_error());
-            struct fb_pending *old = R->pending;
-            while (old && old->next)
-                old = old->next;
-            if (old)
-                drop_pending(old, "descriptor limit reached");
+            fb_gate_drop_oldest(&R->gate, "descriptor limit reached");
             return;
         }
-        while (R->pending &&
-               R->n_pending >= R->cfg.max_pending_connections)
-            evict_oldest_pending();
         struct fb_pending *p = calloc(1, sizeof *p);
         if (!p) {
             close(fd);
             return;
         }
-        fb_conn_init(&p->conn, fd, PENDING_MAX_PAYLOAD);
-        p->deadline_ms = fb_now_ms() + (uint64_t)R->cfg.connect_timeout_ms;
+        fb_conn_init(&p->conn, fd, FB_GATE_HELLO_MAX);
         if (fb_conn_secure_for(&p->conn, R->address, FB_SEC_SERVER,
                                R->token) != 0 ||
             ep_add(fd, EPOLLIN, (uint64_t)(uintptr_t)p | EV_PENDING) != 0) {
@@ -242,18 +179,14 @@ static void accept_peers(void)
             free(p);
             continue;
         }
-        p->next = R->pending;
-        if (R->pending)
-            R->pending->prev = p;
-        R->pending = p;
-        R->n_pending++;
+        fb_gate_add(&R->gate, &p->peer, &p->conn);
     }
 }
 
 /* The peer proved itself: its connection becomes the job's. */
 static void adopt(struct fb_pending *p, struct fb_jobrec *j)
 {
-    pending_unlink(p);
+    fb_gate_admit(&R->gate, &p->peer);
     j->conn = p->conn;
     j->conn.max_payload = R->cfg.max_message_bytes;
     free(p);
@@ -277,83 +210,41 @@ static void adopt(struct fb_pending *p, struct fb_jobrec *j)
     pthread_cond_broadcast(&R->changed);
 }
 
-static void check_hello(struct fb_pending *p, const struct fb_wire_hdr *h,
-                        const uint8_t *payload)
+/* The gate's refused hook: a job whose HELLO names it but runs another
+ * program learns why it could not connect (fiber_process's failure). */
+static void note_refused(const struct fb_msg_hello *m, int fault,
+                         const char *why, void *arg)
 {
-    char why[512];
+    FB_UNUSED(arg);
+    struct fb_jobrec *j = fb_rt_find_job(m->job_id);
+    if (fault == FB_HELLO_BUILD && j && !j->ever_connected && !j->ended)
+        snprintf(j->failure, sizeof j->failure,
+                 "job '%s' was %s: every job must run the master's binary",
+                 j->name, why);
+}
+
+/* Reads what a pending peer sent: a HELLO with the run's token and build
+ * id (net/gate.c) from a job that has not connected yet is adopted. */
+static void on_pending(struct fb_pending *p)
+{
     struct fb_msg_hello m;
-    if (h->type != FB_MSG_HELLO) {
-        snprintf(why, sizeof why, "first message was %s, not HELLO",
-                 fb_msg_type_name(h->type));
-        drop_pending(p, why);
+    if (fb_gate_serve(&R->gate, &p->peer, R->token, R->build_id, &m) != 1)
         return;
-    }
-    fb_wire_get_hello(payload, h->len, &m, NULL, 0);
-    if (sodium_memcmp(m.token, R->token, sizeof R->token) != 0) {
-        reject_pending(p, "authentication failed: wrong token");
-        return;
-    }
     if (m.job_id == FB_MONITOR_JOB_ID) { /* fiber top: core/stats_srv.c */
-        pending_unlink(p);
+        fb_gate_admit(&R->gate, &p->peer);
         fb_stats_adopt(&p->conn);
         free(p);
         return;
     }
+    char why[512];
     struct fb_jobrec *j = fb_rt_find_job(m.job_id);
     if (!j || j->ever_connected || j->ended) {
         snprintf(why, sizeof why, "job %llu is unknown or already connected",
                  (unsigned long long)m.job_id);
-        reject_pending(p, why);
-        return;
-    }
-    if (m.build_id_len != strlen(R->build_id) ||
-        memcmp(m.build_id, R->build_id, m.build_id_len) != 0) {
-        snprintf(why, sizeof why,
-                 "job '%s' runs a different program (build id %.*s; the "
-                 "master's is %s): every job must run the master's binary",
-                 j->name, (int)m.build_id_len, m.build_id, R->build_id);
-        fb_strlcpy(j->failure, why, sizeof j->failure);
-        reject_pending(p, why);
+        fb_gate_reject(&R->gate, &p->peer, why);
         return;
     }
     adopt(p, j);
-}
-
-static void on_pending(struct fb_pending *p)
-{
-    int rc = fb_conn_read(&p->conn);
-    if (rc == FIBER_ECLOSED && p->conn.in.len == 0) {
-        /* Closed before saying anything: a job that was being stopped as
-         * it dialed, most likely; not worth a warning. */
-        fb_log_info("peer on fd %d closed before HELLO", p->conn.fd);
-        R->dropped_peers++;
-        ep_del(p->conn.fd);
-        pending_unlink(p);
-        fb_conn_close(&p->conn);
-        free(p);
-        return;
-    }
-    if (rc != 0) {
-        drop_pending(p, p->conn.err);
-        return;
-    }
-    struct fb_wire_hdr h;
-    const uint8_t *payload;
-    rc = fb_conn_next(&p->conn, &h, &payload);
-    if (rc < 0)
-        drop_pending(p, p->conn.err);
-    else if (rc == 1)
-        check_hello(p, &h, payload);
-}
-
-static void expire_pending(uint64_t now)
-{
-    struct fb_pending *p = R->pending, *next;
-    for (; p; p = next) {
-        next = p->next;
-        if (now >= p->deadline_ms)
-            drop_pending(p, "said nothing valid before connect_timeout_ms");
-    }
 }
 
 /* ---- jobs ------------------------------------------------------------- */
@@ -424,11 +315,7 @@ static void on_conn(struct fb_jobrec *j, uint32_t events)
 static int run_timers(void)
 {
     uint64_t now = fb_now_ms();
-    expire_pending(now);
-    uint64_t next = end_refusal_burst(now);
-    for (struct fb_pending *p = R->pending; p; p = p->next)
-        if (p->deadline_ms < next)
-            next = p->deadline_ms;
+    uint64_t next = fb_gate_tick(&R->gate, now);
     struct fb_jobrec *j, *jn;
     for (j = R->jobs; j; j = jn) {
         jn = j->next;
@@ -598,20 +485,6 @@ static int open_poller(void)
     return rc;
 }
 
-static int start_thread(void)
-{
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&R->service_thread, NULL, service_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err) {
-        errno = err;
-        return fb_err_errno(FIBER_ESYS, "cannot start the service thread");
-    }
-    return 0;
-}
-
 static void close_fds(void)
 {
     if (R->listen_fd >= 0)
@@ -650,8 +523,14 @@ int fb_service_start(void)
         rc = open_listener();
     if (rc == 0 && R->epoll_fd < 0)
         rc = open_poller();
+    if (rc == 0 && !R->gate.close) { /* once: its counters are the run's */
+        fb_gate_init(&R->gate, "master", 0, 0, close_pending, NULL);
+        R->gate.watchers = 1; /* fiber top: core/stats_srv.c */
+        R->gate.on_refused = note_refused;
+    }
     if (rc == 0)
-        rc = start_thread();
+        rc = fb_thread_start(&R->service_thread, service_main, NULL,
+                             "the service thread");
     if (rc == 0)
         fb_stats_publish();
     if (rc) {
@@ -676,12 +555,7 @@ void fb_service_stop(void)
     fb_rt_lock();
     R->service_running = 0;
     fb_stats_stop();
-    while (R->pending) {
-        struct fb_pending *p = R->pending;
-        pending_unlink(p);
-        fb_conn_close(&p->conn);
-        free(p);
-    }
+    fb_gate_clear(&R->gate);
     close_fds();
     fb_rt_unlock();
 }

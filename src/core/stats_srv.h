@@ -27,10 +27,11 @@
 #include <stddef.h>
 
 #include "fiber/fiber.h"
+#include "net/gate.h"
 #include "net/net.h"
 
 /* The job id a monitor's HELLO carries: no job has it. */
-#define FB_MONITOR_JOB_ID 0u
+#define FB_MONITOR_JOB_ID FB_GATE_WATCHER_JOB
 /* The epoll tag of a monitor's events (the low 3 bits of the event data,
  * beside service.c's EV_*). */
 #define FB_EV_MONITOR 6u

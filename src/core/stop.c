@@ -37,6 +37,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/thread.h"
 
 #define MAX_STOP_CALLBACKS 16
 
@@ -131,18 +132,13 @@ static int arm(void)
     st.pipe_rd = fds[0];
     st.pipe_wr = fds[1];
     stop_pipe_wr = fds[1];
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&st.thread, NULL, stop_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (err) {
+    int rc = fb_thread_start(&st.thread, stop_main, NULL, "the stop thread");
+    if (rc) {
         stop_pipe_wr = -1;
         close(fds[0]);
         close(fds[1]);
         st.pipe_rd = st.pipe_wr = -1;
-        errno = err;
-        return fb_err_errno(FIBER_ESYS, "cannot start the stop thread");
+        return rc;
     }
     st.thread_running = 1;
     struct sigaction sa;

@@ -24,9 +24,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/object_int.h"
 #include "core/child.h"
 #include "core/common.h"
+#include "core/hooks.h"
 #include "core/log.h"
 #include "core/spin.h"
 #include "core/runtime.h"
@@ -161,9 +161,9 @@ static void run_item(struct worker *w, fiber_task_fn fn, const char *task,
     int rc;
     if (fn) {
         w->running = 1;
-        fb_objects_task_begin();
+        fb_rt_api()->task_begin();
         rc = fn(w->arg.data, len, &w->result);
-        fb_objects_task_end(); /* what it resolved may be evicted now */
+        fb_rt_api()->task_end(); /* what it resolved may be evicted now */
         w->running = 0;
     } else {
         rc = fiber_task_fail("task '%s' is not registered in this worker",
@@ -347,7 +347,7 @@ static int on_frame(struct worker *w, const struct fb_wire_hdr *h,
     case FB_MSG_OBJ_CALL: {
         const uint8_t *ref;
         fb_wire_get_obj_call(p, h->len, &ref, NULL, 0);
-        fb_objects_set_task_shared(ref);
+        fb_rt_api()->task_shared(ref);
         return 0;
     }
     }

@@ -2,8 +2,8 @@
  * fuzz_objsrv.c -- libFuzzer target for the object server (src/api/
  * objsrv.c) and every kind of object it hosts: queues and pipes
  * (queue.c), the manager's dict, list, value, lock, rlock, event,
- * semaphore, barrier, condition and custom objects (mobj.c), and the
- * ring's rendezvous (ring.c).
+ * semaphore, barrier, condition and custom objects (mobj_srv.c), and the
+ * ring's rendezvous (ring_rdv.c).
  *
  * Each input runs a real server (fb_objsrv_start without a thread, driven
  * one round at a time with fb_objsrv_step) on a unix socket, with three
@@ -51,7 +51,8 @@
 #include "core/runtime.h"
 #include "net/net.h"
 
-/* Operation numbers: protocol (queue.c, mobj.c, ring.c), never renumbered. */
+/* Operation numbers: protocol (queue_ops.h, mobj_ops.h, ring_ops.h), never
+ * renumbered. */
 enum { Q_PUT = FB_OP_KIND, Q_GET, Q_SIZE, Q_CLOSE, Q_TAKEN, Q_ACK, Q_RELEASE,
        Q_FREE };
 enum {

@@ -694,7 +694,7 @@ TEST(member_leaving_the_rendezvous_frees_its_rank)
 /* Joins rank `rank` at the rendezvous as the master, giving a socket that
  * the test listens on but never answers: a member that is lost once the
  * ring has formed, while the others link.  The socket's descriptor goes to
- * *fd.  (RDV_JOIN is ring.c's operation number.) */
+ * *fd.  (RDV_JOIN is ring_ops.h's operation number.) */
 static fiber_future *join_as_ghost(fiber_ring *ring, int rank, int *fd,
                                    char *ghost, size_t size)
 {

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/object_int.h"
 #include "api/objsrv.h"
 #include "core/common.h"
 #include "core/runtime.h"
@@ -212,18 +213,25 @@ TEST(oversized_frame_is_dropped_at_once)
     fiber_buf_free(&got);
 }
 
-TEST(silent_peers_are_dropped_after_the_deadline)
+/* Says nothing on fd and checks that the server closes it, without a
+ * word, once connect_timeout_ms (300 ms here) has passed. */
+static void check_silent_peer_dropped(int fd)
 {
-    CHECK_OK(fiber_config_set("connect_timeout_ms", "300"));
-    int fd = dial_master();
     uint64_t t0 = fb_now_ms();
     fiber_buf got = {0};
     CHECK(read_until_closed(fd, &got));
     uint64_t waited = fb_now_ms() - t0;
     CHECK(waited >= 250);
     CHECK(waited < 3000);
+    CHECK_EQ(got.len, 0);
     close(fd);
     fiber_buf_free(&got);
+}
+
+TEST(silent_peers_are_dropped_after_the_deadline)
+{
+    CHECK_OK(fiber_config_set("connect_timeout_ms", "300"));
+    check_silent_peer_dropped(dial_master());
 }
 
 TEST(hundreds_of_hostile_peers_do_not_stop_real_children)
@@ -331,6 +339,63 @@ TEST(object_server_keeps_at_most_max_pending_strangers)
     for (int i = 0; i < N; i++)
         close(fds[i]);
     fiber_queue_free(q);
+}
+
+/* A child's task: the length of the shared object whose ref is arg. */
+FIBER_TASK(object_len)
+{
+    (void)out;
+    fiber_ref ref;
+    const void *data;
+    size_t n;
+    if (len != sizeof ref)
+        return fiber_task_fail("want a ref");
+    memcpy(&ref, arg, sizeof ref);
+    int rc = fiber_object_get(&ref, &data, &n);
+    if (rc)
+        return fiber_task_fail("fiber_object_get: %s", fiber_last_error());
+    return (int)n;
+}
+
+/* The blob server (shared objects) keeps the same gate as every server:
+ * at most max_pending_connections strangers wait, the oldest make room,
+ * and a child still gets the object. */
+TEST(blob_server_keeps_at_most_max_pending_strangers)
+{
+    enum { N = 40, MAX = 8 };
+    CHECK_OK(fiber_config_set("max_pending_connections", "8"));
+    fiber_ref r;
+    CHECK_OK(fiber_object_put("seven b", 7, &r));
+    const char *addr = fb_objects_master_address();
+    CHECK(addr[0] != '\0');
+    int fds[N];
+    int closed = flood_silently(addr, fds, N, MAX);
+    CHECK_EQ(closed, N - MAX);
+    fiber_process *p;
+    CHECK_OK(fiber_process_start(&p, "object_len", &r, sizeof r, NULL));
+    CHECK_OK(fiber_process_join(p, 20000));
+    int code;
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    CHECK_EQ(code, 7);
+    fiber_process_free(p);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    CHECK_OK(fiber_object_release(&r));
+}
+
+/* The blob server drops a stranger that stays silent past
+ * connect_timeout_ms, as the master does. */
+TEST(blob_server_drops_silent_peers_after_the_deadline)
+{
+    CHECK_OK(fiber_config_set("connect_timeout_ms", "300"));
+    fiber_ref r;
+    CHECK_OK(fiber_object_put("x", 1, &r));
+    const char *addr = fb_objects_master_address();
+    CHECK(addr[0] != '\0');
+    int fd;
+    CHECK_OK(fb_sock_dial(addr, fb_deadline_ms(5000), &fd));
+    check_silent_peer_dropped(fd);
+    CHECK_OK(fiber_object_release(&r));
 }
 
 /* A job that runs a different program (another test binary here) is told

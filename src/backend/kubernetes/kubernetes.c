@@ -83,6 +83,7 @@
 #include "backend/kubernetes/kubernetes.h"
 #include "core/common.h"
 #include "core/log.h"
+#include "core/thread.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define WATCH_SECONDS 240   /* the server ends a watch after this */
@@ -580,14 +581,11 @@ static int k8s_init(struct fb_backend *be)
     }
     if (rc == 0) {
         pthread_mutex_init(&ks->mu, NULL);
-        int err = pthread_create(&ks->thread, NULL, watch_main, ks);
-        if (err) {
-            errno = err;
-            rc = fb_err_errno(FIBER_ESYS, "cannot start the pod watcher");
+        rc = fb_thread_start(&ks->thread, watch_main, ks, "the pod watcher");
+        if (rc)
             pthread_mutex_destroy(&ks->mu);
-        } else {
+        else
             ks->thread_running = 1;
-        }
     }
     if (rc) {
         if (ks->stop_fd >= 0)
@@ -1230,7 +1228,8 @@ static int k8s_end_batch(struct fb_backend *be)
     pthread_t threads[BATCH_THREADS];
     size_t started = 0;
     for (; started < BATCH_THREADS && started < n; started++)
-        if (pthread_create(&threads[started], NULL, batch_worker, &b) != 0)
+        if (fb_thread_start(&threads[started], batch_worker, &b,
+                            "a pod creation thread") != 0)
             break;
     if (started == 0)
         batch_worker(&b); /* no thread to be had: one after the other */

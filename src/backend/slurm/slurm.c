@@ -57,6 +57,7 @@
 #include "core/common.h"
 #include "core/log.h"
 #include "core/runtime.h"
+#include "core/thread.h"
 
 
 #define TOOL_TIMEOUT_MS 30000
@@ -709,13 +710,9 @@ static int slurm_init(struct fb_backend *be)
     pthread_condattr_destroy(&ca);
     rc = start_guard(s);
     if (rc == 0) {
-        int e = pthread_create(&s->thread, NULL, state_thread, s);
-        if (e) {
-            errno = e;
-            rc = fb_err_errno(FIBER_ESYS, "slurm: cannot start its thread");
-        } else {
-            s->thread_started = 1;
-        }
+        rc = fb_thread_start(&s->thread, state_thread, s,
+                             "the slurm backend's thread");
+        s->thread_started = rc == 0;
     }
     if (rc) {
         if (s->guard_fd >= 0)
