@@ -1676,6 +1676,17 @@ typedef struct fiber_run_opts {
     const char *const *env;  /* extra "NAME=value" for the master */
     int detach;              /* local: send the master's output to
                                 <run dir>/logs/master.log instead of ours */
+    int signal_s;            /* slurm: ask Slurm for SIGUSR1 this many
+                                seconds before the master's time limit
+                                (sbatch --signal=B:USR1@N), which fires
+                                its stop event; 0 = none; at most 65535 */
+    int requeue;             /* slurm: the master is requeueable, with the
+                                same run name: pre-emption and scontrol
+                                requeue bring it back, and once its stop
+                                callbacks return after the --signal
+                                warning it ends (FIBER_EXIT_REQUEUE) and
+                                requeues itself; a restarted master has
+                                FIBER_RESUMED=<restarts> (fiber_resumed) */
 } fiber_run_opts;
 
 typedef struct fiber_run fiber_run;
