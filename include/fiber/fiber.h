@@ -1398,15 +1398,17 @@ FIBER_API int fiber_manager_state(fiber_buf **state);
  * list, read, stop and clean up runs.  None of these needs fiber_init().
  *
  * A run is a master and the jobs it started, named by its run id
- * (fiber_run_id(), "fiber-3f9a1c2e").  Local runs are found through their
+ * (fiber_run_id(), "fiber-3f9a1c2e"; 1 to 31 of A-Z a-z 0-9 _ . -, not
+ * starting with '.').  Local runs are found through their
  * run directories, $TMPDIR/fiber-<uid>/<run id>/ (TMPDIR defaults to
  * /tmp), which hold the master's socket (master.sock), the children's logs
  * (logs/, unless log_dir moves them to <log_dir>/<run id>/) and, for runs
  * started by fiber_run_start(), master.pid.  A local run is alive while
  * its master.sock accepts a connection, its recorded master process
  * lives, an flock on its master.lock is held, or a job of it runs.
- * Containers are found by their labels: fiber.run=<run id>, fiber.name,
- * fiber.role, fiber.job.
+ * Containers and pods are found by their labels: fiber.run=<run id>,
+ * fiber.role, fiber.job, and fiber.name (a pod's is an annotation), in
+ * the Kubernetes namespace the k8s_* keys configure.
  *
  * The Docker Engine is reached over the unix socket named by the
  * docker_socket configuration key (default /var/run/docker.sock), speaking
@@ -1525,28 +1527,38 @@ FIBER_API int fiber_image_remove(const char *image);
 FIBER_API int fiber_backend_check(const char *backend, char *detail,
                                   size_t size);
 
-/* One job of a run, as fiber_runs_list() found it. */
+/* One job of a run, as fiber_runs_list() found it.  The strings are
+ * never NULL, may be of any length, and belong to the list (freed by
+ * fiber_run_list_free()). */
 typedef struct fiber_job_info {
-    char name[64];      /* "master", "Process-1", "PoolWorker-3" */
-    char role[16];      /* "master", a container's fiber.role, or "job" */
+    char *name;         /* "master", "Process-1", "PoolWorker-3" */
+    char role[16];      /* "master", a container's or pod's fiber.role,
+                           or "job" */
     char state[16];     /* "running", "exited", "created", "paused",
-                           "zombie", or "ended" (gone; its log remains) */
-    char status[64];    /* in words: "Up 3 minutes", "Exited (0) 2 hours
-                           ago", "pid 1234" */
+                           "zombie", "pending" (a pod not started yet),
+                           "terminating" (a pod being deleted), "unknown",
+                           or "ended" (gone; its log remains) */
+    char *status;       /* in words: "Up 3 minutes", "Exited (0) 2 hours
+                           ago", "pid 1234", "Failed (exit 42)" */
     long pid;           /* local: the process id, or -1 */
-    char container[16]; /* docker: the container's short id, or "" */
+    char *engine_id;    /* what the run's engine calls the job: docker,
+                           the container's short id; kubernetes, the pod's
+                           name; "" for a local process */
+    char engine_kind[16]; /* what engine_id names, in words: "container",
+                             "pod", "job"; "" when engine_id is "" */
 } fiber_job_info;
 
 /* One run. */
 typedef struct fiber_run_info {
     char run[64];          /* the run id */
-    char backend[16];      /* "local" or "docker" */
+    char backend[16];      /* "local", "docker", "slurm" or "kubernetes":
+                              the backend its master and jobs run on */
     int alive;             /* 1 while its master runs, 0 once it has
                               ended, -1 when that cannot be told (a
                               master listening on TCP with no job running
                               leaves no trace fiber can test) */
     long master_pid;       /* the master's process id on this host, or -1 */
-    char dir[512];         /* its run directory, or "" */
+    char dir[512];         /* its run directory on this host, or "" */
     size_t n_jobs;
     fiber_job_info *jobs;  /* the master first, then by name */
 } fiber_run_info;
@@ -1558,13 +1570,16 @@ typedef struct fiber_run_list {
                               cannot reach ..."), or "" */
 } fiber_run_list;
 
-/* Finds the runs on this host: local run directories (this user's) and
- * the Docker Engine's containers labelled fiber.run (when a daemon is
- * there).  run names one run; NULL lists all.  *out must be zeroed or
- * freed; the caller frees it with fiber_run_list_free().  A daemon that
- * cannot be reached is not an error: local runs are listed and
- * out->warning says why containers are not.  Returns 0, FIBER_ENOKEY
- * (run given and not found), FIBER_ENOMEM, FIBER_ESYS. */
+/* Finds the runs every backend can see from here: local run directories
+ * (this user's), the Docker Engine's containers labelled fiber.run (when
+ * a daemon is there) and the pods labelled fiber.run in the configured
+ * Kubernetes namespace (when k8s_server is set or this runs in a
+ * cluster).  run names one run; NULL lists all.  *out must be zeroed or
+ * freed; the caller frees it with fiber_run_list_free().  An engine that
+ * cannot be reached is not an error: the others' runs are listed and
+ * out->warning says why its runs are not.  Returns 0, FIBER_EINVAL (run
+ * is not a run id), FIBER_ENOKEY (run given and not found), FIBER_ENOMEM,
+ * FIBER_ESYS. */
 FIBER_API int fiber_runs_list(const char *run, fiber_run_list *out);
 
 /* Frees what fiber_runs_list() stored and zeroes *l.  NULL is a no-op. */
@@ -1572,26 +1587,31 @@ FIBER_API void fiber_run_list_free(fiber_run_list *l);
 
 /* Appends the logs of run's jobs to out: for a local run, the files of
  * its log directory (the children's fiber logs, and the master's output
- * for detached runs); for containers, what each wrote to stdout and
- * stderr.  job names one job (a log file's name without .log, or a
- * container's fiber.name); NULL gives all, each headed by a line
+ * for detached runs); for containers and pods, what each wrote to stdout
+ * and stderr (a pod that has not started has none yet).  job names one
+ * job (a log file's name without .log, or a job's name as
+ * fiber_runs_list() gives it); NULL gives all, each headed by a line
  * "==> <name> <==".  Returns 0, FIBER_ENOKEY (no such run or job, or
- * nothing logged), FIBER_EUNREACHABLE, FIBER_ENOMEM, FIBER_ESYS. */
+ * nothing logged), FIBER_ENOTSUP (the run's backend keeps no logs that
+ * fiber can read yet), FIBER_EUNREACHABLE, FIBER_EBACKEND, FIBER_ENOMEM,
+ * FIBER_ESYS. */
 FIBER_API int fiber_run_logs(const char *run, const char *job,
                              fiber_buf *out);
 
 /* Stops run: its containers (SIGTERM, then SIGKILL after
- * terminate_grace_ms), and, locally, its master and the job processes
- * found on this host (processes whose environment names the run) the same
- * way.  Appends a line per action to report (may be NULL).  Returns 0
- * when everything found was stopped, FIBER_ENOKEY (no such run, or
- * nothing of it runs), FIBER_ESTATE (the run is alive but its master's
- * process could not be found: message says so), FIBER_EUNREACHABLE,
- * FIBER_EBACKEND, FIBER_ESYS. */
+ * terminate_grace_ms), its pods (deleted with a grace period of
+ * terminate_grace_ms; their logs go with them), and, locally, its master
+ * and the job processes found on this host (processes whose environment
+ * names the run) as containers are.  Appends a line per action to report
+ * (may be NULL).  Returns 0 when everything found was stopped,
+ * FIBER_ENOKEY (no such run, or nothing of it runs), FIBER_ESTATE (the
+ * run is alive but its master's process could not be found: message says
+ * so), FIBER_ENOTSUP (fiber cannot stop runs of that backend yet),
+ * FIBER_EUNREACHABLE, FIBER_EBACKEND, FIBER_ESYS. */
 FIBER_API int fiber_run_kill(const char *run, fiber_buf *report);
 
 /* Removes what dead runs left behind: their run directories (logs
- * included) and their stopped containers.  run names one run, which must
+ * included), their stopped containers, and their ended pods and Secrets.  run names one run, which must
  * not be alive (FIBER_ESTATE otherwise; one whose state cannot be told,
  * alive == -1, is cleaned when named); NULL cleans every dead run and
  * leaves the others alone.  Appends a line per thing removed to report (may be
@@ -1664,8 +1684,8 @@ FIBER_API void fiber_run_watch_close(fiber_run_watch *w);
 
 /* Starting a program's master as a run (what `fiber run` does). */
 typedef struct fiber_run_opts {
-    const char *backend;     /* "local", "docker" or "kubernetes"; NULL =
-                                configured */
+    const char *backend;     /* "local", "docker" or "kubernetes" (slurm:
+                                FIBER_ENOTSUP for now); NULL = configured */
     const char *image;       /* docker: the image; NULL = the program's
                                 default tag, built if missing;
                                 kubernetes: NULL = the image key */
@@ -1712,8 +1732,9 @@ typedef struct fiber_run fiber_run;
  * master; its jobs' pods are owned by it (docs/backends/kubernetes.md).
  *
  * On success *out is a handle to free with fiber_run_free() (which does
- * not stop the run).  Returns 0, FIBER_EINVAL (bad options, no program),
- * FIBER_ENOTSUP (a backend fiber cannot start runs on), FIBER_ESPAWN (the
+ * not stop the run).  Returns 0, FIBER_EINVAL (bad options, no program,
+ * an unknown backend), FIBER_ENOTSUP (a backend fiber cannot start runs
+ * on yet, or options it does not take), FIBER_ESPAWN (the
  * program or container could not start; message says why),
  * FIBER_EUNREACHABLE, FIBER_EBACKEND, FIBER_ESYS.  Nothing runs after a
  * failure. */

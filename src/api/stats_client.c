@@ -21,7 +21,7 @@
 
 #include <sodium.h>
 
-#include "api/runs.h"
+#include "core/runid.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "core/common.h"
 #include "core/runtime.h"
@@ -138,13 +138,13 @@ static int locate(const char *run, char *addr, size_t addr_size,
 {
     if (!fb_run_id_valid(run))
         return fb_err(FIBER_EINVAL,
-                      "'%s' is not a run id (1..63 of [A-Za-z0-9_.-])",
-                      run ? run : "(null)");
-    char base[512], dir[600], hex[2 * FB_WIRE_TOKEN_LEN + 8];
-    int rc = fb_runs_base(base, sizeof base);
+                      "'%s' is not a run id (1..%d of [A-Za-z0-9_.-], not "
+                      "starting with '.')",
+                      run ? run : "(null)", FB_RUN_ID_MAX);
+    char dir[600], hex[2 * FB_WIRE_TOKEN_LEN + 8];
+    int rc = fb_run_dir(run, dir, sizeof dir);
     if (rc)
         return rc;
-    snprintf(dir, sizeof dir, "%s/%s", base, run);
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         rc = k8s_locate(run, addr, addr_size, encrypted, token);

@@ -2,30 +2,72 @@
  * backend.c -- the registry of backends and the thin wrappers core code
  * calls instead of touching an ops table.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/runops.h"
 #include "core/common.h"
 
-static const struct fb_backend_ops *const backends[] = {
-    &fb_backend_local,
-    &fb_backend_docker,
-    &fb_backend_slurm,
-    &fb_backend_kubernetes,
+/* The registry: every backend's two tables, its job ops (backend.h) and
+ * its run ops (runops.h), under the same name.  Adding a backend is one
+ * folder and one line here.  local comes first: it owns the run
+ * directories of this host, and its list op runs before the others
+ * (api/runs.c relies on both). */
+static const struct {
+    const struct fb_backend_ops *jobs;
+    const struct fb_run_ops *runs;
+} registry[] = {
+    {&fb_backend_local, &fb_run_ops_local},
+    {&fb_backend_docker, &fb_run_ops_docker},
+    {&fb_backend_slurm, &fb_run_ops_slurm},
+    {&fb_backend_kubernetes, &fb_run_ops_kubernetes},
 };
+
+const char *fb_backend_names(void)
+{
+    static char names[128];
+    if (!names[0]) {
+        size_t used = 0;
+        for (size_t i = 0; i < FB_ARRAY_LEN(registry); i++)
+            used += (size_t)snprintf(names + used, sizeof names - used,
+                                     "%s%s", i ? ", " : "",
+                                     registry[i].runs->name);
+    }
+    return names;
+}
+
+/* The registry's line for backend name, or -1 with code's message. */
+static int registry_line(const char *name, int code)
+{
+    for (size_t i = 0; name && i < FB_ARRAY_LEN(registry); i++)
+        if (strcmp(registry[i].runs->name, name) == 0)
+            return (int)i;
+    fb_err(code, "%s '%.40s'%s%s", code == FIBER_ECONFIG ? "backend"
+                                                         : "unknown backend",
+           name ? name : "(null)",
+           code == FIBER_ECONFIG ? " does not exist; backends: " : "; known: ",
+           fb_backend_names());
+    return -1;
+}
 
 const struct fb_backend_ops *fb_backend_find(const char *name)
 {
-    for (size_t i = 0; i < FB_ARRAY_LEN(backends); i++)
-        if (strcmp(backends[i]->name, name) == 0)
-            return backends[i];
-    fb_err(FIBER_ECONFIG,
-           "backend '%s' does not exist; backends: local, docker, slurm, "
-           "kubernetes",
-           name);
-    return NULL;
+    int i = registry_line(name, FIBER_ECONFIG);
+    return i < 0 ? NULL : registry[i].jobs;
+}
+
+const struct fb_run_ops *fb_run_ops_find(const char *name)
+{
+    int i = registry_line(name, FIBER_EINVAL);
+    return i < 0 ? NULL : registry[i].runs;
+}
+
+const struct fb_run_ops *fb_run_ops_at(size_t i)
+{
+    return i < FB_ARRAY_LEN(registry) ? registry[i].runs : NULL;
 }
 
 int fb_job_program(const struct fb_job_spec *spec, char *out, size_t size)

@@ -187,6 +187,10 @@ int fb_exit_status_of_code(long long code);
  * listing the backends that exist. */
 const struct fb_backend_ops *fb_backend_find(const char *name);
 
+/* "local, docker, slurm, kubernetes": the registry's backends, for
+ * messages. */
+const char *fb_backend_names(void);
+
 /* The wrappers core code uses. */
 int fb_backend_open(struct fb_backend **out, const char *name,
                     const struct fb_config *cfg);

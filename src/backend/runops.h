@@ -7,7 +7,9 @@
  * backend.h's fb_backend_ops start and watch the jobs of a running master;
  * these act from outside a run, in a process that need not be its master
  * (the fiber command), and need no fiber_init().  api/ dispatches to them
- * through the registry (backend.c) and names no backend itself.
+ * through the registry (backend.c) and names no backend itself.  An op
+ * may be NULL where a backend cannot do that yet: api/ then answers
+ * FIBER_ENOTSUP naming the backend.
  *
  * Threading: called from the caller's thread, no lock held; each op may
  * block for as long as its engine takes to answer (a few seconds), except
@@ -26,7 +28,7 @@
 
 /* What fiber_run_start hands a backend's start op. */
 struct fb_run_start {
-    const char *run;             /* the new run's id (fb_run_id_new) */
+    const char *run;             /* the new run's id (core/runid.h) */
     const char *const *argv;     /* argv[0] as the caller gave it */
     const fiber_run_opts *opts;  /* never NULL */
     const char *const *vars;     /* "NAME=value" for the master: the run id
@@ -52,6 +54,9 @@ struct fiber_run {
 
 struct fb_run_ops {
     const char *name; /* "local", "docker", "slurm", "kubernetes" */
+    /* What the engine ids of this backend's jobs name ("container",
+     * "pod"), for fiber_job_info.engine_kind; NULL reads as "job". */
+    const char *job_noun;
 
     /* fiber_backend_check: one line saying what was found (engine,
      * version, reachable) into detail.  0 when usable. */
@@ -71,13 +76,16 @@ struct fb_run_ops {
     void (*release)(struct fiber_run *r);
 
     /* Adds this backend's runs (only == NULL) or run only to l, through
-     * fb_runs_add_run / fb_runs_add_job (api/runs.c).  An engine that
+     * fb_runs_add_run / fb_runs_add_job (below).  Sets r->alive = 1 for a
+     * run it sees running (never lowers it: another backend may know
+     * better).  An engine that
      * cannot be reached or is not configured is not an error: it returns
      * 0 and says why in l->warning (appending, "; "-separated). */
     int (*list)(fiber_run_list *l, const char *only);
     /* Appends the logs of r's job named job (NULL: all, each headed by
      * "==> <name> <==" when headings) to out.  FIBER_ENOKEY: no such
-     * job or nothing logged. */
+     * job or nothing logged (out unchanged; api/ then tries the run's
+     * other backend and says what is missing in its own words). */
     int (*logs)(const fiber_run_info *r, const char *job, int headings,
                 fiber_buf *out);
     /* Stops what of r runs (politely, then by force after
@@ -96,21 +104,55 @@ struct fb_run_ops {
 const struct fb_run_ops *fb_run_ops_find(const char *name);
 const struct fb_run_ops *fb_run_ops_at(size_t i);
 
-/* For list ops (api/runs.c): the entry of run in l, added (backend set,
- * master_pid -1, alive 0) when missing; NULL on ENOMEM.  A run found by
- * two backends (a local run directory of a docker run) keeps the first
- * backend's name. */
+/* ---- Helpers for run ops (backend/runops.c) ---------------------------- */
+
+/* For list ops: the entry of run in l, added (backend set, master_pid -1,
+ * alive 0) when missing; NULL on ENOMEM.  A run found by two backends (a
+ * local run directory of a docker run) keeps the first backend's name
+ * unless the later one sets r->backend itself (the docker and kubernetes
+ * list ops do: the run directory is a trace, the containers are the
+ * run). */
 fiber_run_info *fb_runs_add_run(fiber_run_list *l, const char *run,
                                 const char *backend);
+/* The entry of run in l, or NULL. */
+fiber_run_info *fb_runs_find(fiber_run_list *l, const char *run);
 /* Appends a job to r, copying every string (any length; NULL reads as
- * ""); pid -1 when none.  Returns the job, or NULL on ENOMEM. */
+ * ""); pid -1 when none.  Returns the job, or NULL on ENOMEM (message
+ * set). */
 fiber_job_info *fb_runs_add_job(fiber_run_info *r, const char *name,
                                 const char *role, const char *state,
                                 const char *status, long pid,
                                 const char *engine_id);
-/* Appends "; "-separated text to l->warning. */
+/* Frees what a job's strings hold (fiber_run_list_free does it for every
+ * job). */
+void fb_runs_free_job(fiber_job_info *j);
+/* Appends "; "-separated text to l->warning (truncated to its size). */
 void fb_runs_warn(fiber_run_list *l, const char *fmt, ...)
     FIBER_PRINTF(2, 3);
+/* Appends a line (printf-style, newline added) to report; NULL is a
+ * no-op. */
+void fb_runs_report(fiber_buf *report, const char *fmt, ...)
+    FIBER_PRINTF(2, 3);
+/* Appends "==> name <==\n" to out, after a newline if out does not end
+ * with one.  Returns 0 or FIBER_ENOMEM. */
+int fb_runs_heading(fiber_buf *out, const char *name);
+/* terminate_grace_ms from the caller's configuration (2000 when it cannot
+ * be read). */
+int fb_runs_grace_ms(void);
+/* Is j running (state "running")? */
+int fb_runs_job_running(const fiber_job_info *j);
+
+/* For start ops of container backends: where the program argv0 lives in
+ * image img: argv0 made absolute as on this host (a bare name searched in
+ * PATH), or the image's fiber.program label for a bare name this host
+ * does not have.  Returns 0 or FIBER_EINVAL / FIBER_ESYS. */
+int fb_run_program_in_image(const char *argv0, const fiber_image_info *img,
+                            char *out, size_t size);
+/* s->vars with extra ("NAME=value", not copied) put first, so that the
+ * caller's own settings still win: a calloc'd array of *n entries the
+ * caller frees (the strings are not copied), or NULL on ENOMEM. */
+const char **fb_run_vars_with(const struct fb_run_start *s,
+                              const char *extra, size_t *n);
 
 extern const struct fb_run_ops fb_run_ops_local;
 extern const struct fb_run_ops fb_run_ops_docker;

@@ -29,6 +29,7 @@
 #include "core/child.h"
 #include "core/common.h"
 #include "core/hooks.h"
+#include "core/runid.h"
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/task.h"
@@ -73,8 +74,8 @@ static int read_full(int fd, uint8_t *p, size_t n)
 
 static void read_secret(struct boot *b)
 {
-    const char *fd_s = getenv("FIBER_BOOT_SECRET_FD");
-    const char *file = getenv("FIBER_BOOT_SECRET_FILE");
+    const char *fd_s = getenv(FB_ENV_SECRET_FD);
+    const char *file = getenv(FB_ENV_SECRET_FILE);
     int fd = -1;
     if (fd_s)
         fd = atoi(fd_s);
@@ -94,9 +95,9 @@ static void read_secret(struct boot *b)
 static void read_boot(struct boot *b)
 {
     static char addr[600];
-    const char *a = getenv("FIBER_BOOT_ADDR");
+    const char *a = getenv(FB_ENV_ADDR);
     const char *job = getenv("FIBER_BOOT_JOB");
-    const char *name = getenv("FIBER_BOOT_NAME");
+    const char *name = getenv(FB_ENV_NAME);
     if (!a || !job || !name)
         die(FB_EXIT_BOOT, "incomplete bootstrap environment");
     fb_strlcpy(addr, a, sizeof addr);
@@ -104,17 +105,17 @@ static void read_boot(struct boot *b)
     b->job_id = strtoull(job, NULL, 10);
     fb_strlcpy(b->name, name, sizeof b->name);
     read_secret(b);
-    const char *run = getenv("FIBER_BOOT_RUN");
+    const char *run = getenv(FB_ENV_RUN);
     if (run)
         fb_strlcpy(fb_rt()->run_id, run, sizeof fb_rt()->run_id);
     fb_rt_api()->objects_master(getenv("FIBER_BOOT_OBJECTS"));
     unsetenv("FIBER_BOOT_OBJECTS");
-    unsetenv("FIBER_BOOT_ADDR");
+    unsetenv(FB_ENV_ADDR);
     unsetenv("FIBER_BOOT_JOB");
-    unsetenv("FIBER_BOOT_NAME");
-    unsetenv("FIBER_BOOT_RUN");
-    unsetenv("FIBER_BOOT_SECRET_FD");
-    unsetenv("FIBER_BOOT_SECRET_FILE");
+    unsetenv(FB_ENV_NAME);
+    unsetenv(FB_ENV_RUN);
+    unsetenv(FB_ENV_SECRET_FD);
+    unsetenv(FB_ENV_SECRET_FILE);
 }
 
 static void setup_config_and_log(struct fb_runtime *rt, const struct boot *b)

@@ -19,6 +19,7 @@
 #include "core/common.h"
 #include "core/hooks.h"
 #include "core/log.h"
+#include "core/runid.h"
 #include "core/runtime.h"
 #include "core/task.h"
 
@@ -140,31 +141,14 @@ FIBER_API int fiber_config_get(const char *key, char *buf, size_t size)
 
 /* A run started by `fiber run` keeps the name the tool gave it
  * (FIBER_BOOT_RUN in a master), so that the tool finds its jobs. */
-static int run_id_valid(const char *id)
+static int make_run_id(void)
 {
-    size_t n = strlen(id);
-    if (n == 0 || n > 31 || id[0] == '.')
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
-static void make_run_id(void)
-{
-    const char *given = getenv("FIBER_BOOT_RUN");
-    if (given && run_id_valid(given)) {
+    const char *given = getenv(FB_ENV_RUN);
+    if (given && fb_run_id_valid(given)) {
         fb_strlcpy(rt.run_id, given, sizeof rt.run_id);
-        return;
+        return 0;
     }
-    unsigned char r[4];
-    randombytes_buf(r, sizeof r);
-    snprintf(rt.run_id, sizeof rt.run_id, "fiber-%02x%02x%02x%02x", r[0],
-             r[1], r[2], r[3]);
+    return fb_run_id_new(rt.run_id, sizeof rt.run_id);
 }
 
 /* A master with many workers holds a socket (and a pidfd) per job: raise
@@ -188,11 +172,12 @@ static int init_master(void)
         return rc;
     fb_log_setup(rt.cfg.log_level, "master");
     raise_fd_limit();
-    randombytes_buf(rt.token, sizeof rt.token);
+    fb_run_secret_new(rt.token, sizeof rt.token);
     rc = fb_build_id(rt.build_id, sizeof rt.build_id);
+    if (rc == 0)
+        rc = make_run_id();
     if (rc)
         return rc;
-    make_run_id();
     rt.master = 1;
     return 0;
 }
@@ -223,7 +208,7 @@ int fb_rt_init(int *argc, char ***argv)
         return fb_err(FIBER_ESTATE, "fiber_init() was already called");
     }
     int rc = init_common(argc, argv);
-    if (rc == 0 && getenv("FIBER_BOOT_ADDR")) {
+    if (rc == 0 && getenv(FB_ENV_ADDR)) {
         rt.initialized = 1;
         fb_rt_unlock();
         fb_child_main(); /* never returns */
@@ -256,10 +241,10 @@ static void clean_run_dir(void)
     if (!rt.run_dir[0])
         return;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/master.sock", rt.run_dir);
+    snprintf(path, sizeof path, "%s/%s", rt.run_dir, FB_RUN_SOCKET);
     unlink(path);
-    static const char *const ours[] = {"master.pid", "master.lock",
-                                       "objects.sock"};
+    static const char *const ours[] = {FB_RUN_PIDFILE, FB_RUN_LOCKFILE,
+                                       FB_RUN_OBJSOCKET};
     for (size_t i = 0; i < FB_ARRAY_LEN(ours); i++) {
         snprintf(path, sizeof path, "%s/%s", rt.run_dir, ours[i]);
         unlink(path);

@@ -26,6 +26,7 @@
 
 #include "backend/backend.h"
 #include "core/config.h"
+#include "core/runid.h"
 #include "net/gate.h"
 #include "net/net.h"
 #include "wire/wire.h"
@@ -169,7 +170,7 @@ struct fb_runtime {
 
     uint8_t token[FB_WIRE_TOKEN_LEN];
     char build_id[FB_WIRE_BUILD_ID_MAX + 1];
-    char run_id[32];
+    char run_id[FB_RUN_ID_SIZE];
     char argv0[256];
     char **job_argv;    /* fiber_job_command_set: program and arguments */
     char **job_env;     /* and extra NAME=value strings; NULL: none */

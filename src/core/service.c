@@ -415,11 +415,11 @@ static void *service_main(void *arg)
 static void mark_alive(void)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/master.lock", R->run_dir);
+    snprintf(path, sizeof path, "%s/%s", R->run_dir, FB_RUN_LOCKFILE);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0)
         fb_log_warn("cannot lock %s: fiber ps may misreport this run", path);
-    snprintf(path, sizeof path, "%s/master.pid", R->run_dir);
+    snprintf(path, sizeof path, "%s/%s", R->run_dir, FB_RUN_PIDFILE);
     FILE *f = fopen(path, "we");
     if (f) {
         fprintf(f, "%ld\n", (long)getpid());
@@ -429,32 +429,21 @@ static void mark_alive(void)
 
 static int make_run_dir(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp || strlen(tmp) > 60)
-        tmp = "/tmp"; /* unix socket paths must stay under 108 bytes */
     char base[256];
-    snprintf(base, sizeof base, "%s/fiber-%u", tmp, (unsigned)geteuid());
-    int rc = fb_private_dir(base);
-    if (rc)
-        return rc;
-    int n = snprintf(R->run_dir, sizeof R->run_dir, "%s/%s", base, R->run_id);
-    if (n < 0 || (size_t)n >= sizeof R->run_dir)
-        return fb_err(FIBER_ESYS, "run directory path is too long");
-    rc = fb_private_dir(R->run_dir);
+    int rc = fb_run_base(base, sizeof base);
+    if (rc == 0)
+        rc = fb_private_dir(base);
+    if (rc == 0)
+        rc = fb_run_dir(R->run_id, R->run_dir, sizeof R->run_dir);
+    if (rc == 0)
+        rc = fb_private_dir(R->run_dir);
     if (rc) {
         R->run_dir[0] = '\0';
         return rc;
     }
     mark_alive();
-    if (R->cfg.log_dir[0])
-        n = snprintf(R->log_dir, sizeof R->log_dir, "%s/%s", R->cfg.log_dir,
-                     R->run_id);
-    else
-        n = snprintf(R->log_dir, sizeof R->log_dir, "%s/logs", R->run_dir);
-    if (n < 0 || (size_t)n >= sizeof R->log_dir)
-        return fb_err(FIBER_ECONFIG, "log_dir '%s' is too long",
-                      R->cfg.log_dir);
-    return 0;
+    return fb_run_log_dir_of(R->run_id, R->run_dir, R->cfg.log_dir,
+                             R->log_dir, sizeof R->log_dir);
 }
 
 static int open_listener(void)
@@ -463,7 +452,7 @@ static int open_listener(void)
     if (R->cfg.transport == FB_TRANSPORT_TCP)
         snprintf(want, sizeof want, "tcp:%s:0", R->cfg.listen_host);
     else
-        snprintf(want, sizeof want, "unix:%s/master.sock", R->run_dir);
+        snprintf(want, sizeof want, "unix:%s/%s", R->run_dir, FB_RUN_SOCKET);
     int rc = fb_sock_listen(want, SOMAXCONN, &R->listen_fd, R->address,
                             sizeof R->address);
     if (rc == 0)

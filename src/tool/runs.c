@@ -47,14 +47,15 @@ static void print_report(const fiber_buf *rep)
 static const char ps_help[] =
     "usage: fiber ps [RUN]\n"
     "\n"
-    "Lists runs and their jobs: local runs (the run directories under\n"
-    "$TMPDIR/fiber-<uid>/; alive while the master's socket accepts a\n"
-    "connection or its recorded process lives) and Docker containers\n"
-    "labelled fiber.run.  RUN shows one run.\n"
+    "Lists runs and their jobs, on every backend: local runs (the run\n"
+    "directories under $TMPDIR/fiber-<uid>/; alive while the master's\n"
+    "socket accepts a connection or its recorded process lives), Docker\n"
+    "containers and Kubernetes pods (in the configured namespace) labelled\n"
+    "fiber.run.  RUN shows one run.\n"
     "\n"
     "A run's STATE is alive, dead, or unknown (a master that listens on TCP\n"
     "and has no job running leaves nothing to test).  Each job line gives\n"
-    "its name, role, state and where it runs (pid or container).\n"
+    "its name, role, state and where it runs (pid, container or pod).\n"
     "\n"
     "Exit status: 0 listed (also when there are no runs), 1 failure (RUN\n"
     "not found), 2 usage error.\n";
@@ -66,28 +67,19 @@ static const char *run_state(int alive)
 
 static void print_run(const fiber_run_info *r)
 {
-    char where[600];
-    if (r->dir[0])
-        snprintf(where, sizeof where, "%s", r->dir);
-    else
-        snprintf(where, sizeof where, "(containers only)");
     printf("%-18s %-8s %-8s %s\n", r->run, r->backend, run_state(r->alive),
-           where);
+           r->dir[0] ? r->dir : "(no run directory on this host)");
     for (size_t i = 0; i < r->n_jobs; i++) {
         const fiber_job_info *j = &r->jobs[i];
-        char place[64];
-        if (j->container[0])
-            snprintf(place, sizeof place, "container %s", j->container);
+        if (j->engine_id[0])
+            printf("  %-16s %-8s %-8s %s %-14s %s\n", j->name, j->role,
+                   j->state, j->engine_kind, j->engine_id,
+                   j->status);
         else if (j->pid > 0)
-            snprintf(place, sizeof place, "pid %ld", j->pid);
+            printf("  %-16s %-8s %-8s pid %ld\n", j->name, j->role,
+                   j->state, j->pid);
         else
-            snprintf(place, sizeof place, "-");
-        if (j->container[0])
-            printf("  %-16s %-8s %-8s %-22s %s\n", j->name, j->role,
-                   j->state, place, j->status);
-        else
-            printf("  %-16s %-8s %-8s %s\n", j->name, j->role, j->state,
-                   place);
+            printf("  %-16s %-8s %-8s -\n", j->name, j->role, j->state);
     }
 }
 
@@ -122,8 +114,8 @@ static const char logs_help[] =
     "Prints what RUN's jobs logged: for a local run the files in its log\n"
     "directory (<run dir>/logs, or <log_dir>/<run>), one per job, and the\n"
     "master's output for runs started with fiber run --detach; for\n"
-    "containers, their standard output and error.  JOB picks one (its name\n"
-    "as fiber ps shows it); without it each job's part is headed\n"
+    "containers and pods, their standard output and error.  JOB picks one\n"
+    "(its name as fiber ps shows it); without it each job's part is headed\n"
     "'==> JOB <=='.\n"
     "\n"
     "Exit status: 0 printed, 1 no such run or job, or nothing logged, 2\n"
@@ -152,9 +144,9 @@ int cmd_logs(int argc, char **argv)
 static const char kill_help[] =
     "usage: fiber kill RUN\n"
     "\n"
-    "Stops RUN: its containers, and on this host its master and jobs\n"
-    "(SIGTERM, then SIGKILL after terminate_grace_ms, default 2000).  Prints\n"
-    "what it stopped.  Jobs stop by themselves within moments of losing\n"
+    "Stops RUN: its containers, its pods (deleted, with their logs), and on\n"
+    "this host its master and jobs (SIGTERM, then SIGKILL after\n"
+    "terminate_grace_ms, default 2000).  Prints what it stopped.  Jobs stop by themselves within moments of losing\n"
     "their master.\n"
     "\n"
     "Exit status: 0 stopped, 1 failure (no such run, nothing running, or a\n"
@@ -178,7 +170,8 @@ static const char clean_help[] =
     "usage: fiber clean [RUN...]\n"
     "\n"
     "Removes what dead runs left behind: their run directories (logs\n"
-    "included) and their stopped containers.  Without RUN, every dead run;\n"
+    "included), their stopped containers, and their ended pods and\n"
+    "Secrets.  Without RUN, every dead run;\n"
     "live runs, and runs whose state is unknown, are left alone.  A RUN\n"
     "named must not be alive (one whose state is unknown is cleaned).\n"
     "\n"

@@ -684,6 +684,22 @@ TEST(helper_master_in_pod)
     exit(code);
 }
 
+/* Runs cmd (a shell command line) and collects what it prints into out;
+ * returns its exit status. */
+static int tool_output(const char *cmd, char *out, size_t size)
+{
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    char line[1024];
+    out[0] = '\0';
+    while (fgets(line, sizeof line, f))
+        strncat(out, line, size - strlen(out) - 1);
+    int st = pclose(f);
+    fprintf(stderr, "$ %s\n%s", cmd, out);
+    CHECK(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
 TEST(fiber_run_starts_the_master_as_a_pod)
 {
     NEED_CLUSTER();
@@ -726,8 +742,32 @@ TEST(fiber_run_starts_the_master_as_a_pod)
                         "state"),
         "terminated");
     CHECK_EQ(json_integer_value(json_object_get(term, "exitCode")), 42);
+    char run[64];
+    fb_strlcpy(run, json_str(p, "metadata", "labels", "fiber.run"),
+               sizeof run);
     json_decref(p);
-    admin_delete_pod(pod);
+    /* fiber ps shows it ended, and fiber clean removes its pod. */
+    snprintf(cmd, sizeof cmd, "%s ps %s 2>&1", FIBER_TOOL_PATH, run);
+    CHECK_EQ(tool_output(cmd, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "kubernetes dead");
+    char want[300];
+    snprintf(want, sizeof want, "master           master   exited   pod %s",
+             pod);
+    CHECK_CONTAINS(out, want);
+    CHECK_CONTAINS(out, "Failed (exit 42)");
+    CHECK(strstr(out, "container") == NULL); /* not the kubelet's */
+    snprintf(cmd, sizeof cmd, "%s clean %s 2>&1", FIBER_TOOL_PATH, run);
+    CHECK_EQ(tool_output(cmd, out, sizeof out), 0);
+    snprintf(want, sizeof want, "removed pod %s (master) of run %s", pod, run);
+    CHECK_CONTAINS(out, want);
+    for (int i = 0; i < 600 && admin_get(path, &p) != 404; i++) {
+        json_decref(p);
+        p = NULL;
+        sleep_ms(100);
+    }
+    json_decref(p);
+    CHECK_EQ(admin_get(path, &p), 404);
+    json_decref(p);
 }
 
 /* The master of a run in its pod: starts two workers that sleep, says
@@ -824,6 +864,224 @@ TEST(deleting_the_master_pod_deletes_its_workers_and_secret)
 
 /* Not a ctest case: run by hand while restarting the API server
  * (scripts/k8s-local.sh stop; start) to see the watch come back. */
+/* ---- run ops on pods: fiber ps, logs, kill, clean ----------------------------- */
+
+/* A pod's program that says hello and ends (made by the test, below). */
+TEST(helper_say_hello)
+{
+    printf("hello from a pod\n");
+    fflush(stdout);
+    exit(0);
+}
+
+/* Waits until fiber_runs_list(run) satisfies ok(), up to 120 s; returns
+ * the list (the caller frees it). */
+static fiber_run_list wait_list(const char *run,
+                                int (*ok)(const fiber_run_info *r))
+{
+    fiber_run_list l = {0};
+    for (int i = 0; i < 1200; i++) {
+        fiber_run_list_free(&l);
+        if (fiber_runs_list(run, &l) == 0 && ok(&l.runs[0]))
+            return l;
+        sleep_ms(100);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        for (size_t j = 0; j < l.runs[i].n_jobs; j++)
+            fprintf(stderr, "  %s %s %s %s\n", l.runs[i].jobs[j].name,
+                    l.runs[i].jobs[j].state, l.runs[i].jobs[j].status,
+                    l.runs[i].jobs[j].engine_id);
+    TH_FAIL("run %s did not reach the state waited for", run);
+}
+
+static const fiber_job_info *job_named(const fiber_run_info *r,
+                                       const char *name)
+{
+    for (size_t i = 0; i < r->n_jobs; i++)
+        if (strcmp(r->jobs[i].name, name) == 0)
+            return &r->jobs[i];
+    return NULL;
+}
+
+static int running(const fiber_run_info *r, const char *name)
+{
+    const fiber_job_info *j = job_named(r, name);
+    return j && strcmp(j->state, "running") == 0;
+}
+
+static int master_and_workers_run(const fiber_run_info *r)
+{
+    return running(r, "master") && running(r, "Process-1") &&
+           running(r, "Process-2");
+}
+
+/* Longer than 64 bytes, as a job of another tool may be named. */
+static const char long_name[] =
+    "a-job-whose-name-is-much-longer-than-sixty-four-bytes-of-the-old-"
+    "fixed-field";
+
+static int long_job_ended(const fiber_run_info *r)
+{
+    const fiber_job_info *j = job_named(r, long_name);
+    return j && strcmp(j->state, "exited") == 0;
+}
+
+static int nothing_runs(const fiber_run_info *r)
+{
+    return r->alive == 0;
+}
+
+/* A pod of run, made as an administrator: named by a long fiber.name
+ * annotation, running helper_say_hello. */
+static void admin_create_hello_pod(const char *run, const char *pod)
+{
+    char self[4096], path[300];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n] = '\0';
+    json_t *body = json_pack(
+        "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s}, s:{s:s}},"
+        " s:{s:s, s:b, s:[{s:s, s:s, s:s, s:[s], s:[s]}]}}",
+        "apiVersion", "v1", "kind", "Pod", "metadata", "name", pod, "labels",
+        "fiber.run", run, "fiber.role", "job", "app.kubernetes.io/managed-by",
+        "fiber", "annotations", "fiber.name", long_name, "spec",
+        "restartPolicy", "Never", "hostNetwork", 1, "containers", "name", "c",
+        "image", getenv("FIBER_IMAGE"), "imagePullPolicy", "Never", "command",
+        self, "args", "helper_say_hello");
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods", admin.ns);
+    long status = 0;
+    json_t *reply = NULL;
+    CHECK_OK(fb_k8s_json(&admin, "POST", path, body, NULL, 20000, &status,
+                         &reply));
+    json_decref(body);
+    json_decref(reply);
+    CHECK_EQ(status, 201);
+}
+
+/* A run started with fiber_run_start on the cluster: listed with its
+ * master's and workers' pods, logged (its master, and a job of a long
+ * name), killed (its pods deleted), cleaned (the ended pod removed), and
+ * then gone. */
+TEST(runs_on_pods_are_listed_logged_killed_cleaned)
+{
+    NEED_CLUSTER();
+    admin_open();
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(n > 0);
+    self[n] = '\0';
+    const char *argv[] = {self, "helper_master_with_workers", NULL};
+    fiber_run_opts o = {.backend = "kubernetes",
+                        .image = getenv("FIBER_IMAGE")};
+    fiber_run *run = NULL;
+    CHECK_OK(fiber_run_start(&run, argv, &o));
+    char name[64], master_pod[256];
+    fb_strlcpy(name, fiber_run_name(run), sizeof name);
+    fb_strlcpy(master_pod, fiber_run_container(run), sizeof master_pod);
+
+    fiber_run_list l = wait_list(name, master_and_workers_run);
+    const fiber_run_info *r = &l.runs[0];
+    CHECK_STR(r->backend, "kubernetes");
+    CHECK_EQ(r->alive, 1);
+    CHECK_STR(r->jobs[0].name, "master"); /* the master first */
+    CHECK_STR(r->jobs[0].role, "master");
+    CHECK_STR(r->jobs[0].engine_kind, "pod");
+    CHECK_STR(r->jobs[0].engine_id, master_pod);
+    CHECK_STR(job_named(r, "Process-1")->role, "job");
+    fiber_run_list_free(&l);
+
+    /* Every run the account sees is listed, this one among them. */
+    CHECK_OK(fiber_runs_list(NULL, &l));
+    int seen = 0;
+    for (size_t i = 0; i < l.n; i++)
+        seen |= strcmp(l.runs[i].run, name) == 0;
+    CHECK(seen);
+    fiber_run_list_free(&l);
+
+    fiber_buf out = {0};
+    for (int i = 0; i < 600; i++) {
+        out.len = 0;
+        CHECK_OK(fiber_run_logs(name, "master", &out));
+        if (out.len && memmem(out.data, out.len, "workers started", 15))
+            break;
+        sleep_ms(100);
+    }
+    CHECK(out.len && memmem(out.data, out.len, "workers started", 15));
+    CHECK_ERR(fiber_run_logs(name, "Process-9", &out), FIBER_ENOKEY);
+    CHECK_CONTAINS(fiber_last_error(), "has no job Process-9");
+
+    char extra[80], head[160];
+    snprintf(extra, sizeof extra, "%s-extra", name);
+    admin_create_hello_pod(name, extra);
+    l = wait_list(name, long_job_ended);
+    CHECK_STR(job_named(&l.runs[0], long_name)->engine_id, extra);
+    CHECK_CONTAINS(job_named(&l.runs[0], long_name)->status,
+                   "Succeeded (exit 0)");
+    fiber_run_list_free(&l);
+    out.len = 0;
+    CHECK_OK(fiber_run_logs(name, long_name, &out));
+    CHECK_OK(fiber_buf_append(&out, "", 1));
+    /* (beside the harness's "-- helper_say_hello" line) */
+    CHECK_CONTAINS((const char *)out.data, "hello from a pod\n");
+    CHECK(strncmp((const char *)out.data, "==>", 3) != 0); /* no heading */
+    out.len = 0;
+    CHECK_OK(fiber_run_logs(name, NULL, &out)); /* all, with headings */
+    CHECK_OK(fiber_buf_append(&out, "", 1));
+    snprintf(head, sizeof head, "==> %s <==\n", long_name);
+    CHECK_CONTAINS((const char *)out.data, head);
+    CHECK_CONTAINS((const char *)out.data, "==> master <==\n");
+
+    fiber_buf rep = {0};
+    CHECK_ERR(fiber_run_clean(name, &rep), FIBER_ESTATE); /* alive */
+    CHECK_CONTAINS(fiber_last_error(), "is alive; stop it first");
+    uint64_t t0 = fb_now_ms();
+    CHECK_OK(fiber_run_kill(name, &rep));
+    CHECK_OK(fiber_buf_append(&rep, "", 1));
+    fprintf(stderr, "kill (%.1f s):\n%s", (double)(fb_now_ms() - t0) / 1e3,
+            (const char *)rep.data);
+    char want[400];
+    snprintf(want, sizeof want, "pod %s (master)", master_pod);
+    CHECK_CONTAINS((const char *)rep.data, want);
+    CHECK_CONTAINS((const char *)rep.data, "(Process-1)");
+    CHECK_CONTAINS((const char *)rep.data, "(Process-2)");
+    int code = 0;
+    CHECK_OK(fiber_run_wait(run, 120000, &code));
+    CHECK_EQ(code, 137); /* its pod was deleted */
+    fiber_run_free(run);
+
+    /* What is left: the ended pod, which kill leaves for its logs. */
+    l = wait_list(name, nothing_runs);
+    CHECK_EQ(l.runs[0].alive, 0);
+    CHECK(job_named(&l.runs[0], "master") == NULL ||
+          strcmp(job_named(&l.runs[0], "master")->state, "terminating") ==
+              0);
+    fiber_run_list_free(&l);
+    CHECK_ERR(fiber_run_kill(name, NULL), FIBER_ENOKEY);
+    CHECK_CONTAINS(fiber_last_error(), "nothing of run");
+    rep.len = 0;
+    CHECK_OK(fiber_run_clean(name, &rep));
+    CHECK_OK(fiber_buf_append(&rep, "", 1));
+    snprintf(want, sizeof want, "removed pod %s (%s) of run %s", extra,
+             long_name, name);
+    CHECK_CONTAINS((const char *)rep.data, want);
+    char path[300];
+    snprintf(path, sizeof path, "/api/v1/namespaces/%s/pods/%s", admin.ns,
+             extra);
+    json_t *p = NULL;
+    for (int i = 0; i < 600 && admin_get(path, &p) != 404; i++) {
+        json_decref(p);
+        p = NULL;
+        sleep_ms(100);
+    }
+    json_decref(p);
+    CHECK_EQ(admin_get(path, &p), 404);
+    json_decref(p);
+    CHECK_ERR(fiber_runs_list(name, &l), FIBER_ENOKEY);
+    CHECK_CONTAINS(fiber_last_error(), "no run ");
+    fiber_buf_free(&out);
+    fiber_buf_free(&rep);
+}
+
 TEST(helper_job_across_an_api_server_restart)
 {
     NEED_CLUSTER();

@@ -372,6 +372,110 @@ TEST(ps_logs_clean_dead_run)
     CHECK_CONTAINS(r.err, "is not a run id");
 }
 
+/* A name longer than any fixed field once held (64 bytes). */
+static const char long_name[] =
+    "PoolWorker-with-a-name-much-longer-than-sixty-four-bytes-of-the-old-"
+    "fixed-field-0123456789";
+
+/* Job names of any length come back whole, in ps and logs. */
+TEST(long_job_names_are_listed_and_logged)
+{
+    CHECK(strlen(long_name) > 64);
+    static struct result r;
+    const char *tmp = make_scratch();
+    const char *env[] = {tmp, "FIBER_DOCKER_SOCKET=/tmp/no-docker-here.sock",
+                         NULL};
+    fabricate_dead_run("fiber-10e9a4e5", "short\n");
+    char base[128], path[512];
+    runs_base(base, sizeof base);
+    snprintf(path, sizeof path, "%s/fiber-10e9a4e5/logs/%s.log", base,
+             long_name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("a line from the long one\n", f);
+    fclose(f);
+    TOOL(&r, env, "ps", "fiber-10e9a4e5");
+    CHECK_EQ(r.code, 0);
+    CHECK_CONTAINS(r.out, long_name);
+    TOOL(&r, env, "logs", "fiber-10e9a4e5", long_name);
+    CHECK_EQ(r.code, 0);
+    CHECK_STR(r.out, "a line from the long one\n");
+    TOOL(&r, env, "logs", "fiber-10e9a4e5");
+    CHECK_EQ(r.code, 0);
+    char want[256];
+    snprintf(want, sizeof want, "==> %s <==\na line from the long one\n",
+             long_name);
+    CHECK_CONTAINS(r.out, want);
+    CHECK_CONTAINS(r.out, "==> Process-1 <==\nshort\n");
+
+    /* The library's list holds the whole name too. */
+    setenv("TMPDIR", scratch, 1);
+    fiber_run_list l = {0};
+    CHECK_OK(fiber_runs_list("fiber-10e9a4e5", &l));
+    CHECK_EQ(l.n, 1);
+    CHECK_EQ(l.runs[0].n_jobs, 2);
+    CHECK_STR(l.runs[0].jobs[0].name, long_name); /* before Process-1 */
+    CHECK_STR(l.runs[0].jobs[0].engine_id, "");
+    CHECK_STR(l.runs[0].jobs[0].engine_kind, "");
+    fiber_run_list_free(&l);
+    CHECK(l.runs == NULL && l.n == 0);
+    fiber_run_list_free(NULL);
+}
+
+/* Run ids are checked once, with one limit, before anything is looked
+ * up; unknown backends are named with the ones that exist. */
+TEST(bad_run_ids_and_backends_are_refused)
+{
+    static struct result r;
+    const char *tmp = make_scratch();
+    const char *env[] = {tmp, "FIBER_DOCKER_SOCKET=/tmp/no-docker-here.sock",
+                         NULL};
+    static const char *const bad[] = {
+        "../etc", "a/b", ".hidden", "fiber-0123456789abcdef0123456789"};
+    CHECK_EQ(strlen(bad[3]), 32); /* one over the limit of 31 */
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        TOOL(&r, env, "ps", bad[i]);
+        CHECK_EQ(r.code, 1);
+        CHECK_CONTAINS(r.err, "is not a run id (1 to 31 of");
+        TOOL(&r, env, "logs", bad[i]);
+        CHECK_CONTAINS(r.err, "is not a run id");
+        TOOL(&r, env, "kill", bad[i]);
+        CHECK_CONTAINS(r.err, "is not a run id");
+        TOOL(&r, env, "clean", bad[i]);
+        CHECK_CONTAINS(r.err, "is not a run id");
+    }
+    /* 31 bytes is a run id: looked up, and not found. */
+    TOOL(&r, env, "ps", "fiber-0123456789abcdef012345678");
+    CHECK_EQ(r.code, 1);
+    CHECK_CONTAINS(r.err, "no run fiber-0123456789abcdef012345678: no run "
+                          "directory on this host");
+
+    setenv("TMPDIR", scratch, 1);
+    fiber_run_list l = {0};
+    CHECK_ERR(fiber_runs_list("a/b", &l), FIBER_EINVAL);
+    CHECK_ERR(fiber_runs_list(NULL, NULL), FIBER_EINVAL);
+    fiber_buf out = {0};
+    CHECK_ERR(fiber_run_logs(NULL, NULL, &out), FIBER_EINVAL);
+    CHECK_ERR(fiber_run_kill(NULL, NULL), FIBER_EINVAL);
+
+    char detail[256];
+    CHECK_ERR(fiber_backend_check("nosuch", detail, sizeof detail),
+              FIBER_EINVAL);
+    CHECK_CONTAINS(detail, "known: local, docker, slurm, kubernetes");
+    CHECK_CONTAINS(fiber_last_error(), "unknown backend 'nosuch'");
+    fiber_run *run = NULL;
+    const char *argv[] = {"/bin/true", NULL};
+    fiber_run_opts o = {.backend = "nosuch"};
+    CHECK_ERR(fiber_run_start(&run, argv, &o), FIBER_EINVAL);
+    CHECK_CONTAINS(fiber_last_error(), "unknown backend 'nosuch'; known: "
+                                       "local, docker, slurm, kubernetes");
+    CHECK(run == NULL);
+    o.backend = "local";
+    o.cpu = -1;
+    CHECK_ERR(fiber_run_start(&run, argv, &o), FIBER_EINVAL);
+    CHECK_CONTAINS(fiber_last_error(), "cannot be negative");
+}
+
 /* A master that holds an flock on master.lock (no socket: it listens on
  * TCP) is alive exactly while it holds it. */
 TEST(lock_file_decides_liveness)
@@ -572,6 +676,61 @@ static long long file_size(const char *path)
     return (long long)st.st_size;
 }
 
+/* A container of a run whose fiber.name is longer than 64 bytes (as a
+ * master of another tool may label one): listed, logged and cleaned by
+ * its whole name. */
+static void docker_job_of_a_long_name(const char *self)
+{
+    static struct result r;
+    char run[32], path[256];
+    snprintf(run, sizeof run, "fiber-long%d", (int)getpid());
+    struct fb_engine e;
+    CHECK_OK(fb_engine_open(&e));
+    json_t *spec = json_pack("{s:s, s:[s,s], s:{s:s, s:s, s:s, s:s}}",
+                             "Image", image_tag, "Cmd", self,
+                             "hello-from-image", "Labels", "fiber.run", run,
+                             "fiber.role", "job", "fiber.name", long_name,
+                             "fiber.job", "1");
+    json_t *created = NULL;
+    CHECK_OK(fb_engine_json(&e, "POST", "/containers/create", spec, &created,
+                            "creating"));
+    json_decref(spec);
+    char id[80];
+    snprintf(id, sizeof id, "%s",
+             json_string_value(json_object_get(created, "Id")));
+    json_decref(created);
+    snprintf(path, sizeof path, "/containers/%s/start", id);
+    CHECK_OK(fb_engine_json(&e, "POST", path, NULL, NULL, "starting"));
+    snprintf(path, sizeof path, "/containers/%s/wait", id);
+    CHECK_OK(fb_engine_json(&e, "POST", path, NULL, NULL, "waiting"));
+    fb_engine_close(&e);
+
+    TOOL(&r, NULL, "ps", run);
+    CHECK_EQ(r.code, 0);
+    CHECK_CONTAINS(r.out, "docker   dead");
+    char want[300];
+    snprintf(want, sizeof want, "%s job      exited   container %.12s",
+             long_name, id);
+    CHECK_CONTAINS(r.out, want);
+    TOOL(&r, NULL, "logs", run, long_name);
+    CHECK_EQ(r.code, 0);
+    CHECK_CONTAINS(r.out, "hello from the image\n");
+    fiber_run_list l = {0};
+    CHECK_OK(fiber_runs_list(run, &l));
+    CHECK_STR(l.runs[0].backend, "docker");
+    CHECK_STR(l.runs[0].jobs[0].name, long_name);
+    CHECK_STR(l.runs[0].jobs[0].engine_kind, "container");
+    CHECK_EQ(strlen(l.runs[0].jobs[0].engine_id), 12);
+    fiber_run_list_free(&l);
+    TOOL(&r, NULL, "clean", run);
+    CHECK_EQ(r.code, 0);
+    snprintf(want, sizeof want, "removed container %.12s (%s) of run %s", id,
+             long_name, run);
+    CHECK_CONTAINS(r.out, want);
+    TOOL(&r, NULL, "ps", run);
+    CHECK_EQ(r.code, 1);
+}
+
 TEST(image_build_then_run_in_docker)
 {
     need_docker();
@@ -659,6 +818,8 @@ TEST(image_build_then_run_in_docker)
     CHECK_CONTAINS(r.out, "stopped container");
     TOOL(&r, NULL, "clean", run);
     CHECK_EQ(r.code, 0);
+
+    docker_job_of_a_long_name(self);
 
     CHECK_OK(fiber_image_remove(image_tag));
     CHECK_ERR(fiber_image_inspect(image_tag, &info), FIBER_ENOKEY);

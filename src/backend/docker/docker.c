@@ -61,6 +61,7 @@
 #include "backend/docker/engine.h"
 #include "backend/docker/image.h"
 #include "core/common.h"
+#include "core/runid.h"
 #include "core/log.h"
 #include "core/runtime.h"
 
@@ -70,7 +71,7 @@
 #define PUMP_INTERVAL_MS 10u
 #define INSPECT_INTERVAL_MS 500u
 #define GPU_API_MINOR 40 /* DeviceRequests */
-#define SECRET_VAR "FIBER_BOOT_SECRET_FILE"
+#define SECRET_VAR FB_ENV_SECRET_FILE
 
 struct docker_state {
     struct fb_engine engine;  /* its http; the API version negotiated */
@@ -339,11 +340,11 @@ static json_t *container_config(const struct fb_config *cfg,
     snprintf(text, sizeof text, SECRET_VAR "=%s", secret_path);
     fb_json_push(env, json_string(text), &bad);
     fb_json_put(c, "Env", env, &bad);
-    fb_json_put(labels, "fiber.run", json_string(fiber_run_id()), &bad);
+    fb_json_put(labels, FB_LABEL_RUN, json_string(fiber_run_id()), &bad);
     snprintf(text, sizeof text, "%llu", (unsigned long long)spec->job_id);
-    fb_json_put(labels, "fiber.job", json_string(text), &bad);
-    fb_json_put(labels, "fiber.name", json_string(spec->name), &bad);
-    fb_json_put(labels, "fiber.role", json_string("job"), &bad);
+    fb_json_put(labels, FB_LABEL_JOB, json_string(text), &bad);
+    fb_json_put(labels, FB_LABEL_NAME, json_string(spec->name), &bad);
+    fb_json_put(labels, FB_LABEL_ROLE, json_string("job"), &bad);
     fb_json_put(c, "Labels", labels, &bad);
     snprintf(text, sizeof text, "%u:%u", (unsigned)geteuid(),
              (unsigned)getegid());

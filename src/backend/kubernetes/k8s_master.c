@@ -13,6 +13,7 @@
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "core/common.h"
+#include "core/runid.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define POLL_MS 200
@@ -37,9 +38,17 @@ static int read_config(struct fb_config *c)
     return 0;
 }
 
-/* Opens the API with the caller's configuration. */
-static int open_api(struct fb_k8s *k)
+int fb_k8s_open_configured(struct fb_k8s *k, int *configured)
 {
+    if (configured) {
+        char server[600];
+        *configured = getenv("KUBERNETES_SERVICE_HOST") != NULL ||
+                      (fiber_config_get("k8s_server", server, sizeof server) ==
+                           0 &&
+                       server[0]);
+        if (!*configured)
+            return 0;
+    }
     struct fb_config c;
     int rc = read_config(&c);
     return rc ? rc : fb_k8s_open(k, &c);
@@ -102,7 +111,7 @@ int fb_k8s_master_start(const char *run, const char *const *argv,
         "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s, s:s}},"
         " s:{s:s, s:b, s:b, s:[{s:s, s:s, s:[s], s:o, s:o, s:{s:o}}]}}",
         "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "labels",
-        "fiber.run", run_label, "fiber.role", "master", "fiber.job", "0",
+        FB_LABEL_RUN, run_label, FB_LABEL_ROLE, "master", FB_LABEL_JOB, "0",
         "app.kubernetes.io/managed-by", "fiber", "spec", "restartPolicy",
         "Never", "enableServiceLinks", 0, "shareProcessNamespace", 1,
         "containers", "name", "master",
@@ -193,7 +202,7 @@ static int pod_ended(struct fb_k8s *k, const char *pod, int *code)
 int fb_k8s_master_wait(const char *pod, int timeout_ms, int *exit_code)
 {
     struct fb_k8s k;
-    int rc = open_api(&k);
+    int rc = fb_k8s_open_configured(&k, NULL);
     if (rc)
         return rc;
     uint64_t deadline = fb_deadline_ms(timeout_ms);
@@ -222,7 +231,7 @@ int fb_k8s_master_wait(const char *pod, int timeout_ms, int *exit_code)
 int fb_k8s_master_follow(const char *pod, int fd)
 {
     struct fb_k8s k;
-    int rc = open_api(&k);
+    int rc = fb_k8s_open_configured(&k, NULL);
     if (rc)
         return rc;
     /* The log endpoint refuses a pod whose container has not started. */
@@ -287,7 +296,7 @@ int fb_k8s_master_follow(const char *pod, int fd)
 int fb_k8s_describe(char *detail, size_t size)
 {
     struct fb_k8s k;
-    int rc = open_api(&k);
+    int rc = fb_k8s_open_configured(&k, NULL);
     if (rc) {
         fb_strlcpy(detail, fiber_last_error(), size);
         return rc;
@@ -419,7 +428,7 @@ int fb_k8s_run_contact(const char *run, char *addr, size_t size,
                        int *encrypted, uint8_t *token, size_t token_len)
 {
     struct fb_k8s k;
-    int rc = open_api(&k);
+    int rc = fb_k8s_open_configured(&k, NULL);
     if (rc)
         return rc;
     rc = contact_address(&k, run, addr, size, encrypted);

@@ -17,6 +17,15 @@
 
 #include "fiber/fiber.h"
 
+struct fb_k8s;
+
+/* Opens the API with the caller's configuration (fiber_config_get: the
+ * defaults, .fiberconfig and FIBER_* variables), as fb_k8s_open does.
+ * With configured non-NULL, first tells whether kubernetes is configured
+ * here at all (k8s_server set, or in a cluster): *configured = 0 and 0
+ * returned, with nothing opened, when it is not. */
+int fb_k8s_open_configured(struct fb_k8s *k, int *configured);
+
 /* Creates the master's pod.  argv[0] must be the program's absolute path
  * in the image; vars are "NAME=value" strings for its environment.  Writes
  * the pod's name to pod.  Returns 0, FIBER_ECONFIG (no image...),

@@ -82,6 +82,7 @@
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/kubernetes.h"
 #include "core/common.h"
+#include "core/runid.h"
 #include "core/log.h"
 #include "core/thread.h"
 
@@ -90,7 +91,7 @@
 #define RETRY_MS 1000
 #define SECRET_DIR "/var/run/secrets/fiber.io"
 #define SECRET_KEY "token"
-#define SECRET_VAR "FIBER_BOOT_SECRET_FILE"
+#define SECRET_VAR FB_ENV_SECRET_FILE
 #define CONTAINER "job"
 #define BATCH_THREADS 8
 
@@ -396,7 +397,7 @@ static int relist(struct watch_ctx *c)
     uint64_t seq = ks->create_seq; /* pods created by now are in the list */
     pthread_mutex_unlock(&ks->mu);
     char path[512], tail[200];
-    snprintf(tail, sizeof tail, "?labelSelector=fiber.run%%3D%s", ks->run);
+    snprintf(tail, sizeof tail, "?labelSelector=" FB_LABEL_RUN "%%3D%s", ks->run);
     pods_path(ks, path, sizeof path, NULL, tail);
     long status;
     json_t *list = get_interruptible(ks, path, "listing the run's pods",
@@ -440,7 +441,7 @@ static int follow(struct watch_ctx *c)
     struct k8s_state *ks = c->ks;
     char path[700], tail[400];
     snprintf(tail, sizeof tail,
-             "?labelSelector=fiber.run%%3D%s&watch=1&allowWatchBookmarks=true"
+             "?labelSelector=" FB_LABEL_RUN "%%3D%s&watch=1&allowWatchBookmarks=true"
              "&timeoutSeconds=%d&resourceVersion=%s",
              ks->run, WATCH_SECONDS, c->rv);
     int expire = __atomic_exchange_n(&expire_next_watch, 0, __ATOMIC_SEQ_CST);
@@ -507,7 +508,7 @@ static void *watch_main(void *arg)
 static int check_access(struct k8s_state *ks)
 {
     char path[512], tail[200], what[200];
-    snprintf(tail, sizeof tail, "?labelSelector=fiber.run%%3D%s&limit=1",
+    snprintf(tail, sizeof tail, "?labelSelector=" FB_LABEL_RUN "%%3D%s&limit=1",
              ks->run);
     pods_path(ks, path, sizeof path, NULL, tail);
     long status;
@@ -665,7 +666,7 @@ static int make_secret(struct k8s_state *ks, const struct fb_job_spec *spec)
     json_t *body = json_pack(
         "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s}}, s:s, s:{s:s}}", "apiVersion",
         "v1", "kind", "Secret", "metadata", "name", name, "labels",
-        "fiber.run", ks->run, "fiber.role", "secret",
+        FB_LABEL_RUN, ks->run, FB_LABEL_ROLE, "secret",
         "app.kubernetes.io/managed-by", "fiber", "type", "Opaque", "data",
         SECRET_KEY, b64);
     sodium_memzero(b64, sizeof b64);
@@ -835,8 +836,8 @@ static int pod_of(struct fb_backend *be, const struct fb_job_spec *spec,
         "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s, s:s}, s:{s:s}},"
         " s:{s:s, s:I, s:b, s:b, s:b, s:[o], s:o}}",
         "apiVersion", "v1", "kind", "Pod", "metadata", "name", pod, "labels",
-        "fiber.run", ks->run, "fiber.job", id, "fiber.role", "job",
-        "app.kubernetes.io/managed-by", "fiber", "annotations", "fiber.name",
+        FB_LABEL_RUN, ks->run, FB_LABEL_JOB, id, FB_LABEL_ROLE, "job",
+        "app.kubernetes.io/managed-by", "fiber", "annotations", FB_LABEL_NAME,
         spec->name, "spec", "restartPolicy", "Never",
         "terminationGracePeriodSeconds", (json_int_t)ks->grace_s,
         "enableServiceLinks", 0, "automountServiceAccountToken", 0,
@@ -947,7 +948,7 @@ static int post_pod(struct k8s_state *ks, struct fb_k8s *api, json_t *body,
                          &status, &reply);
     const char *job_name = json_string_value(json_object_get(
         json_object_get(json_object_get(body, "metadata"), "annotations"),
-        "fiber.name"));
+        FB_LABEL_NAME));
     snprintf(what, sizeof what, "creating pod %s for job '%s' in namespace "
              "'%s'", pod, job_name ? job_name : "?", ks->api.ns);
     if (rc == 0 && status != 201 && status != 200)

@@ -23,7 +23,9 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/local/local.h"
 #include "core/common.h"
+#include "core/runid.h"
 #include "core/log.h"
 
 extern char **environ;
@@ -40,12 +42,37 @@ static int local_init(struct fb_backend *be)
 
 static void local_fini(struct fb_backend *be) { FB_UNUSED(be); }
 
-/* Returns 1 if the NAME= part of the two NAME=value strings is the same. */
-static int same_name(const char *a, const char *b)
+/* NAME=value entries: does entry set the variable that var sets? */
+static int same_var(const char *entry, const char *var)
 {
-    const char *eq = strchr(a, '=');
-    size_t n = eq ? (size_t)(eq - a) : strlen(a);
-    return strncmp(a, b, n) == 0 && b[n] == '=';
+    size_t n = strcspn(var, "=");
+    return strncmp(entry, var, n) == 0 && entry[n] == '=';
+}
+
+char **fb_local_env(const char *const *set, size_t n_set)
+{
+    size_t n_base = 0;
+    while (environ && environ[n_base])
+        n_base++;
+    char **env = calloc(n_base + n_set + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n_base; i++) {
+        int replaced = 0;
+        for (size_t j = 0; j < n_set && !replaced; j++)
+            replaced = same_var(environ[i], set[j]);
+        if (!replaced)
+            env[k++] = environ[i];
+    }
+    for (size_t j = 0; j < n_set; j++) {
+        int later = 0; /* the last setting of a name wins */
+        for (size_t m = j + 1; m < n_set && !later; m++)
+            later = same_var(set[m], set[j]);
+        if (!later)
+            env[k++] = (char *)set[j];
+    }
+    return env;
 }
 
 /* Builds the child's environment: the master's, with spec->env and the
@@ -53,26 +80,17 @@ static int same_name(const char *a, const char *b)
  * The strings are borrowed; only the array is allocated. */
 static char **build_env(char *const *extra, char *secret_var)
 {
-    size_t n_env = 0, n_extra = 0;
-    while (environ && environ[n_env])
-        n_env++;
+    size_t n_extra = 0;
     while (extra && extra[n_extra])
         n_extra++;
-    char **env = calloc(n_env + n_extra + 2, sizeof *env);
-    if (!env)
+    const char **set = calloc(n_extra + 1, sizeof *set);
+    if (!set)
         return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n_env; i++) {
-        int overridden = same_name(environ[i], secret_var);
-        for (size_t j = 0; j < n_extra && !overridden; j++)
-            overridden = same_name(environ[i], extra[j]);
-        if (!overridden)
-            env[k++] = environ[i];
-    }
     for (size_t j = 0; j < n_extra; j++)
-        env[k++] = extra[j];
-    env[k++] = secret_var;
-    env[k] = NULL;
+        set[j] = extra[j];
+    set[n_extra] = secret_var;
+    char **env = fb_local_env(set, n_extra + 1);
+    free(set);
     return env;
 }
 
@@ -149,7 +167,7 @@ static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
 {
     char exe[PATH_MAX];
     const char *program = program_file(spec->program, exe, sizeof exe);
-    char secret_var[] = "FIBER_BOOT_SECRET_FD=3";
+    char secret_var[] = FB_ENV_SECRET_FD "=3";
     char **env = build_env(spec->env, secret_var);
     if (!env)
         return fb_err(FIBER_ENOMEM, "out of memory building the environment");
