@@ -1684,15 +1684,16 @@ FIBER_API void fiber_run_watch_close(fiber_run_watch *w);
 
 /* Starting a program's master as a run (what `fiber run` does). */
 typedef struct fiber_run_opts {
-    const char *backend;     /* "local", "docker" or "kubernetes" (slurm:
-                                FIBER_ENOTSUP for now); NULL = configured */
+    const char *backend;     /* "local", "docker", "slurm" or
+                                "kubernetes"; NULL = configured */
     const char *image;       /* docker: the image; NULL = the program's
                                 default tag, built if missing;
                                 kubernetes: NULL = the image key */
-    int cpu;                 /* docker, kubernetes: CPUs for the master
-                                (0 = no limit) */
-    int memory_mb;           /* docker, kubernetes: memory limit (0 = none) */
-    int gpu;                 /* docker, kubernetes: GPUs (0 = none) */
+    int cpu;                 /* docker, kubernetes, slurm: CPUs for the
+                                master (0 = no limit / Slurm's default) */
+    int memory_mb;           /* docker, kubernetes, slurm: memory limit
+                                (0 = none) */
+    int gpu;                 /* docker, kubernetes, slurm: GPUs (0 = none) */
     const char *const *env;  /* extra "NAME=value" for the master */
     int detach;              /* local: send the master's output to
                                 <run dir>/logs/master.log instead of ours */
@@ -1730,6 +1731,11 @@ typedef struct fiber_run fiber_run;
  * kubernetes: the program runs in pod "<run id>-master" of the image (the
  * cluster pulls it), with its pod's service account, labelled as the run's
  * master; its jobs' pods are owned by it (docs/backends/kubernetes.md).
+ * slurm: the program (at its absolute path, which the nodes share) is
+ * submitted as batch job "<run id>-master" with the caller's environment
+ * and the run's variables; its output goes to <slurm_dir>/<run id>/
+ * master.out and master.err, which fiber_run_follow() copies
+ * (docs/backends/slurm.md).
  *
  * On success *out is a handle to free with fiber_run_free() (which does
  * not stop the run).  Returns 0, FIBER_EINVAL (bad options, no program,
@@ -1747,8 +1753,8 @@ FIBER_API const char *fiber_run_name(const fiber_run *r);
 /* The master's process id (local), or -1. */
 FIBER_API long fiber_run_pid(const fiber_run *r);
 
-/* The master's container id (docker), its pod's name (kubernetes), or
- * "". */
+/* The master's container id (docker), its pod's name (kubernetes), its
+ * Slurm job id (slurm), or "". */
 FIBER_API const char *fiber_run_container(const fiber_run *r);
 
 /* Copies the master's output to out_fd and err_fd as it is written, until

@@ -55,4 +55,12 @@ int fb_private_dir(const char *path);
  * number of bytes written (excluding the NUL). */
 size_t fb_strlcpy(char *dst, const char *src, size_t size);
 
+/* Writes all len bytes to fd, retrying short writes and EINTR.  Returns
+ * 0, or -1 with errno set (the caller says what was being written). */
+int fb_write_all(int fd, const void *data, size_t len);
+
+/* Appends the whole file at path to b.  Returns 0, FIBER_ESYS ("cannot
+ * read <path>: ..."), FIBER_ENOMEM; on failure b may hold part of it. */
+int fb_buf_append_file(fiber_buf *b, const char *path);
+
 #endif /* FB_COMMON_H */

@@ -2,7 +2,10 @@
  * util.c -- clocks, deadlines and string helpers.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -103,3 +106,39 @@ int fb_private_dir(const char *path)
                       path);
     return 0;
 }
+
+int fb_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int fb_buf_append_file(fiber_buf *b, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fb_err_errno(FIBER_ESYS, "cannot read %s", path);
+    char chunk[65536];
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = read(fd, chunk, sizeof chunk)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            rc = fb_err_errno(FIBER_ESYS, "cannot read %s", path);
+        else if (fiber_buf_append(b, chunk, (size_t)n))
+            rc = fb_err(FIBER_ENOMEM, "out of memory");
+    }
+    close(fd);
+    return rc;
+}
+

@@ -24,17 +24,20 @@ static const char run_help[] =
     "  kubernetes  PROGRAM runs in pod <run>-master of the image (which\n"
     "          the cluster pulls: --image or the image key), with its\n"
     "          service account; its jobs' pods are owned by it.\n"
+    "  slurm   PROGRAM is submitted as batch job <run>-master (the\n"
+    "          slurm_* keys: partition, account, time limit); its output\n"
+    "          file is followed here until the job ends.\n"
     "Without --detach, fiber run waits and exits with PROGRAM's status.\n"
     "\n"
     "options:\n"
-    "  -b, --backend B      local, docker or kubernetes (default: the\n"
-    "                       backend key)\n"
+    "  -b, --backend B      local, docker, slurm or kubernetes (default:\n"
+    "                       the backend key)\n"
     "  -i, --image I        docker: the image (default: PROGRAM's default\n"
     "                       tag, built with fiber image build if missing);\n"
     "                       kubernetes: the image (default: the image key)\n"
-    "      --cpu N          docker, kubernetes: CPUs for the master\n"
-    "      --memory MB      docker, kubernetes: memory limit, in MiB\n"
-    "      --gpu N          docker, kubernetes: GPUs for the master\n"
+    "      --cpu N          docker, kubernetes, slurm: CPUs for the master\n"
+    "      --memory MB      docker, kubernetes, slurm: memory, in MiB\n"
+    "      --gpu N          docker, kubernetes, slurm: GPUs for the master\n"
     "  -e, --env NAME=VALUE add to the master's environment (repeatable)\n"
     "  -d, --detach         start, print the run's name, and return; a local\n"
     "                       master's output goes to its log (fiber logs RUN)\n"
@@ -108,10 +111,10 @@ static int parse(int argc, char **argv, struct run_args *a)
             return TOOL_OK;
         case 'b':
             if (strcmp(optarg, "local") && strcmp(optarg, "docker") &&
-                strcmp(optarg, "kubernetes"))
+                strcmp(optarg, "kubernetes") && strcmp(optarg, "slurm"))
                 return tool_usage("run", "backend '%s': fiber run starts "
-                                         "runs on local, docker or "
-                                         "kubernetes",
+                                         "runs on local, docker, slurm "
+                                         "or kubernetes",
                                   optarg);
             snprintf(a->backend, sizeof a->backend, "%s", optarg);
             a->opts.backend = a->backend;
@@ -233,6 +236,7 @@ int cmd_run(int argc, char **argv)
     }
     int docker = strcmp(backend, "docker") == 0;
     int k8s = strcmp(backend, "kubernetes") == 0;
+    int slurm = strcmp(backend, "slurm") == 0;
     char tag[320];
     if (docker && !a.opts.image) {
         if ((rc = ensure_image(argv[optind], tag, sizeof tag)) != TOOL_OK) {
@@ -256,6 +260,10 @@ int cmd_run(int argc, char **argv)
         else if (k8s)
             tool_say("run %s: master in pod %s", name,
                      fiber_run_container(run));
+        else if (slurm)
+            tool_say("run %s: master is Slurm job %s; fiber logs %s shows "
+                     "its output",
+                     name, fiber_run_container(run), name);
         else
             tool_say("run %s: master pid %ld; fiber logs %s shows its "
                      "output",
@@ -274,6 +282,14 @@ int cmd_run(int argc, char **argv)
             tool_say("run %s: cannot follow the master's output: %s", name,
                      fiber_last_error());
         rc = fiber_run_wait(run, -1, &code);
+    } else if (slurm) {
+        tool_say("run %s: master is Slurm job %s (^C stops following; "
+                 "fiber kill %s stops the run)",
+                 name, fiber_run_container(run), name);
+        fflush(stdout);
+        rc = fiber_run_follow(run, STDOUT_FILENO, STDERR_FILENO);
+        if (rc == 0)
+            rc = fiber_run_wait(run, -1, &code);
     } else if (docker) {
         tool_say("run %s: master in container %.12s (^C stops following; "
                  "fiber kill %s stops the run)",

@@ -12,10 +12,16 @@
  *                 FIBER_BOOT_SECRET_FILE, so it is never in a command line
  *                 or an environment that `scontrol show job` or ps shows;
  *   batch-N.sh    the batch scripts, one per submission;
- *   <id>.out      each job's standard output and error (Slurm writes them).
+ *   <id>.out      each job's standard output and error (Slurm writes them);
+ *   jobs          "<id> <name>" per job submitted (FB_SLURM_NAMES_FILE),
+ *                 for fiber ps and fiber logs;
+ *   master.out, master.err
+ *                 a master that `fiber run` submitted (runs.c).
  *
  * When the run ends the secret and the scripts are removed, and so is
- * every empty output file; a job's non-empty output stays for its user.
+ * every empty job output file, and the names file and the folder if
+ * nothing else is left; a job's non-empty output, and a master's output,
+ * stay for their user (fiber clean removes them).
  *
  * Submissions.  Between begin_batch and end_batch (a pool starting its
  * workers) create_job only records each job; end_batch submits them as
@@ -23,7 +29,8 @@
  * environment by SLURM_ARRAY_TASK_ID.  Outside a batch each job is a
  * single sbatch submission.  All jobs of a run share the run id
  * ("fiber-1a2b3c4d") as their Slurm job name, which is how they are found
- * again.
+ * again, and the comment "fiber:job", which tells fiber ps they are
+ * fiber's.
  *
  * State.  A thread of the backend's own asks squeue for the run's jobs
  * every QUERY_INTERVAL_MS while any runs, and `scontrol show job` for the
@@ -140,10 +147,7 @@ int fb_slurm_shell_quote(fiber_buf *b, const char *text)
     return rc;
 }
 
-/* Copies b's non-empty lines to out, joined by "; " (sbatch says what is
- * wrong over two lines: "invalid partition specified: x", then "Batch
- * job submission failed: ..."). */
-static void join_lines(const fiber_buf *b, char *out, size_t size)
+void fb_slurm_join_lines(const fiber_buf *b, char *out, size_t size)
 {
     size_t used = 0;
     out[0] = '\0';
@@ -583,6 +587,26 @@ int fb_slurm_describe(char *detail, size_t size)
 
 /* ---- init and fini ------------------------------------------------------- */
 
+int fb_slurm_base_dir(const char *slurm_dir, char *out, size_t size)
+{
+    const char *home = getenv("HOME");
+    char cwd[PATH_MAX - 32];
+    int n;
+    if (slurm_dir && slurm_dir[0]) {
+        n = snprintf(out, size, "%s", slurm_dir);
+    } else if (home && home[0] == '/') {
+        n = snprintf(out, size, "%s/.fiber/slurm", home);
+    } else {
+        if (!getcwd(cwd, sizeof cwd))
+            return fb_err_errno(FIBER_ESYS, "slurm: getcwd");
+        n = snprintf(out, size, "%s/.fiber-slurm", cwd);
+    }
+    if (n < 0 || (size_t)n >= size)
+        return fb_err(FIBER_ECONFIG, "slurm_dir '%.200s' is too long",
+                      slurm_dir && slurm_dir[0] ? slurm_dir : out);
+    return 0;
+}
+
 static int find_tools(struct slurm_state *s)
 {
     static const char *const names[] = {"sbatch", "squeue", "scontrol",
@@ -687,13 +711,9 @@ static int slurm_init(struct fb_backend *be)
     const char *run = fb_rt()->run_id;
     fb_strlcpy(s->job_name, run, sizeof s->job_name); /* "fiber-..." */
     char base[PATH_MAX];
-    const char *home = getenv("HOME");
-    if (cfg->slurm_dir[0])
-        fb_strlcpy(base, cfg->slurm_dir, sizeof base);
-    else if (home && home[0] == '/')
-        snprintf(base, sizeof base, "%s/.fiber/slurm", home);
-    else
-        snprintf(base, sizeof base, "%s/.fiber-slurm", s->cwd);
+    rc = fb_slurm_base_dir(cfg->slurm_dir, base, sizeof base);
+    if (rc)
+        return rc;
     int len = snprintf(s->dir, sizeof s->dir, "%s/%s", base, run);
     if (len < 0 || (size_t)len >= sizeof s->dir)
         return fb_err(FIBER_ECONFIG, "slurm_dir '%s' is too long", base);
@@ -726,14 +746,34 @@ static int slurm_init(struct fb_backend *be)
     return 0;
 }
 
-/* Removes the run folder's scripts, secret and empty outputs, and the
- * folder itself if nothing else is left. */
+int fb_slurm_is_job_output(const char *name)
+{
+    size_t n = strlen(name);
+    if (n < 5 || strcmp(name + n - 4, ".out") != 0)
+        return 0;
+    size_t digits = strspn(name, "0123456789");
+    if (digits == 0)
+        return 0;
+    if (name[digits] == '_') {
+        size_t more = strspn(name + digits + 1, "0123456789");
+        if (more == 0)
+            return 0;
+        digits += 1 + more;
+    }
+    return digits == n - 4;
+}
+
+/* Removes the run folder's scripts, secret and empty job outputs, and
+ * the names file and the folder itself if nothing else is left.  What `fiber run` put there (master.out,
+ * master.err: the master's output, which Slurm writes until the master
+ * process has exited, after this) stays for fiber logs and fiber clean. */
 static void tidy_dir(struct slurm_state *s)
 {
     DIR *d = opendir(s->dir);
     if (!d)
         return;
     struct dirent *e;
+    int kept = 0; /* what stays, but for the names file */
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
@@ -743,11 +783,20 @@ static void tidy_dir(struct slurm_state *s)
         size_t n = strlen(e->d_name);
         int script = strncmp(e->d_name, "batch-", 6) == 0 && n > 3 &&
                      strcmp(e->d_name + n - 3, ".sh") == 0;
+        int output = fb_slurm_is_job_output(e->d_name);
         if (script || strcmp(e->d_name, "secret") == 0 ||
-            (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0))
+            (output && stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+             st.st_size == 0))
             unlink(path);
+        else
+            kept += strcmp(e->d_name, FB_SLURM_NAMES_FILE) != 0;
     }
     closedir(d);
+    if (!kept) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/%s", s->dir, FB_SLURM_NAMES_FILE);
+        unlink(path);
+    }
     if (rmdir(s->dir) != 0 && errno == ENOTEMPTY)
         fb_log_info("slurm: job output kept in %s", s->dir);
 }
@@ -858,6 +907,34 @@ static int make_opts(struct slurm_state *s, const struct fb_job_spec *spec,
     return rc;
 }
 
+/* Appends a line "<job id> <name>" for each job just submitted to the run
+ * folder's names file, so that fiber ps and fiber logs can call a Slurm
+ * job by its fiber name.  Losing it costs only the names. */
+static void record_names(struct slurm_state *s, struct sjob **list, size_t n)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/%s", s->dir, FB_SLURM_NAMES_FILE);
+    fiber_buf text = {0};
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        char line[160];
+        int w = snprintf(line, sizeof line, "%s %s\n", list[i]->id,
+                         list[i]->name);
+        for (int c = 0; c < w - 1; c++)
+            if ((unsigned char)line[c] < 0x20)
+                line[c] = '_';
+        rc = fiber_buf_append(&text, line, (size_t)w);
+    }
+    int fd = rc == 0 ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                            0600)
+                     : -1;
+    if (fd < 0 || write(fd, text.data, text.len) != (ssize_t)text.len)
+        fb_log_debug("slurm: cannot record job names in %s", path);
+    if (fd >= 0)
+        close(fd);
+    fiber_buf_free(&text);
+}
+
 /* Submits the jobs in list (count n, all with the same sbatch options) as
  * one submission: an array job when n > 1.  On success fills each job's
  * id; on failure returns FIBER_ESPAWN naming the jobs and sbatch's own
@@ -916,6 +993,7 @@ static int submit(struct fb_backend *be, struct sjob **list,
     argv[k++] = "--ntasks=1";
     snprintf(name, sizeof name, "--job-name=%s", s->job_name);
     argv[k++] = name;
+    argv[k++] = "--comment=" FB_SLURM_JOB_COMMENT;
     snprintf(output, sizeof output, "--output=%s/%s", s->dir,
              n > 1 ? "%A_%a.out" : "%j.out");
     argv[k++] = output;
@@ -955,7 +1033,7 @@ static int submit(struct fb_backend *be, struct sjob **list,
     if (rc == 0)
         fb_slurm_last_line(&out, line, sizeof line);
     else
-        join_lines(&err, line, sizeof line);
+        fb_slurm_join_lines(&err, line, sizeof line);
     fiber_buf_free(&out);
     fiber_buf_free(&err);
     char *end = NULL;
@@ -989,6 +1067,7 @@ static int submit(struct fb_backend *be, struct sjob **list,
     }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    record_names(s, list, n);
     fb_log_debug("slurm: submitted %s%s (%zu job%s)", list[n - 1]->id,
                  n > 1 ? " (array)" : "", n, n > 1 ? "s" : "");
     return 0;

@@ -58,4 +58,54 @@ int fb_slurm_describe(char *detail, size_t size);
  * Returns 0 or FIBER_ENOMEM. */
 int fb_slurm_shell_quote(fiber_buf *b, const char *text);
 
+/* Copies b's non-empty lines to out (size bytes), joined by "; " (sbatch
+ * says what is wrong over two lines: "invalid partition specified: x",
+ * then "Batch job submission failed: ..."). */
+void fb_slurm_join_lines(const fiber_buf *b, char *out, size_t size);
+
+/* The folder that holds each run's folder <base>/<run id>: slurm_dir (the
+ * key's value; may be "" or NULL), else $HOME/.fiber/slurm, else
+ * <cwd>/.fiber-slurm.  It must be on a file system the compute nodes
+ * share.  Returns 0 or FIBER_ECONFIG (too long), FIBER_ESYS. */
+int fb_slurm_base_dir(const char *slurm_dir, char *out, size_t size);
+
+/* Is name a job's output file in a run folder: "<id>.out" or
+ * "<id>_<index>.out", as sbatch --output writes them? */
+int fb_slurm_is_job_output(const char *name);
+
+/* In a run folder: "<job id> <fiber job name>" lines, one per job
+ * submitted (slurm.c), for fiber ps and fiber logs. */
+#define FB_SLURM_NAMES_FILE "jobs"
+
+/* How fiber marks its Slurm jobs (sbatch --comment), beside their names:
+ * a run's jobs are named <run id>, the master that `fiber run` submits
+ * <run id>-master (runs.c). */
+#define FB_SLURM_JOB_COMMENT "fiber:job"
+#define FB_SLURM_MASTER_COMMENT "fiber:master"
+#define FB_SLURM_MASTER_SUFFIX "-master"
+
+/* An argument vector being built: v[0..n) strdup'ed, v[n] NULL. */
+struct fb_slurm_args {
+    char **v;
+    size_t n, cap;
+};
+
+/* Appends one printf-formatted argument.  Returns 0 or FIBER_ENOMEM. */
+int fb_slurm_args_add(struct fb_slurm_args *a, const char *fmt, ...)
+    FIBER_PRINTF(2, 3);
+void fb_slurm_args_free(struct fb_slurm_args *a);
+
+struct fb_run_start;
+
+/* The sbatch command line that submits the master of run s->run
+ * (runs.c): sbatch is the tool's path, dir the run's folder, cwd the
+ * directory the master starts in, script the batch script.  Every option
+ * fiber gives the master's job is added here and nowhere else: the job's
+ * name and comment, output files, resources from s->opts (cpu, memory_mb,
+ * gpu) and the slurm_partition, slurm_account, slurm_time_limit and
+ * slurm_sbatch_args keys.  Returns 0, FIBER_ENOMEM, FIBER_ECONFIG. */
+int fb_slurm_master_args(const struct fb_run_start *s, const char *sbatch,
+                         const char *dir, const char *cwd, const char *script,
+                         struct fb_slurm_args *a);
+
 #endif /* FB_SLURM_H */
