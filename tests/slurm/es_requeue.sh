@@ -1,7 +1,8 @@
 #!/bin/sh
-# es_requeue.sh FIBER ES CASE -- the ES example as a Slurm master that the
+# es_requeue.sh CASE -- the ES example as a Slurm master that the
 # cluster stops and requeues, on the cluster scripts/slurm-local.sh runs
 # on this host (run through tests/slurm/run.sh, which skips without it).
+# ES_REQUEUE_TOOL and ES_BIN name the fiber command and the es program.
 #
 #   time_limit: `fiber run --backend slurm --signal 45 --requeue` with a
 #     1-minute time limit (slurm_time_limit = 1, the workers' too) for a
@@ -21,7 +22,8 @@
 # that start time to now (`scontrol update StartTime=now`) once it sees
 # the hold.  Nothing else about the job is touched.
 set -eu
-FIBER=$1 ES=$2 CASE=$3
+FIBER=$ES_REQUEUE_TOOL ES=$ES_BIN CASE=$1
+unset ES_REQUEUE_TOOL
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fiber-es-requeue.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 unset FIBER_RESUMED SLURM_RESTART_COUNT 2>/dev/null || true
@@ -30,7 +32,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 case $CASE in
 time_limit) N=${N:-9000} ;;
 scontrol_requeue) N=${N:-2500} ;;
-*) echo "usage: $0 FIBER ES time_limit|scontrol_requeue" >&2; exit 2 ;;
+*) echo "usage: $0 time_limit|scontrol_requeue" >&2; exit 2 ;;
 esac
 common="--env cartpole --target 1e9 --workers 2 --seed 11 --iters $N"
 
@@ -82,16 +84,18 @@ while :; do
     sleep 1
 done
 restarts=$(field Restarts) code=$(field ExitCode)
+err=$(field StdErr)
+cat "$out" "$err" >"$dir/all.txt" 2>/dev/null || true
 echo "master job $id: $state, exit code $code, restarts $restarts, $(($(date +%s) - t0)) s"
-grep -E '^(resumed|stopped|not solved)|stop requested|time limit' "$out" || true
+grep -E '^(resumed|stopped|not solved)|stop requested|requeue' "$dir/all.txt" || true
 [ "$code" = "1:0" ] || fail "the last master ended with $code, not 1 (iterations done): $(tail -5 "$out")"
 if [ "$CASE" = time_limit ]; then
     [ "$restarts" -ge 2 ] || fail "requeued $restarts times, want 2 or more"
-    [ "$(grep -c 'es: stop requested (signal 10): saved iteration' "$out")" -ge 2 ] ||
+    [ "$(grep -c 'es: stop requested (signal 10): saved iteration' "$dir/all.txt")" -ge 2 ] ||
         fail "the warnings did not reach the stop callback: $(tail -5 "$out")"
 else
     [ "$restarts" -eq 1 ] || fail "requeued $restarts times, want 1"
-    grep -q 'es: stop requested (signal 15): saved iteration' "$out" ||
+    grep -q 'es: stop requested (signal 15): saved iteration' "$dir/all.txt" ||
         fail "scontrol requeue did not reach the stop callback: $(tail -5 "$out")"
 fi
 [ "$(grep -c '^resumed cartpole from' "$out")" -eq "$restarts" ] ||
