@@ -30,7 +30,7 @@ unset FIBER_RESUMED SLURM_RESTART_COUNT 2>/dev/null || true
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 case $CASE in
-time_limit) N=${N:-9000} ;;
+time_limit) N=${N:-5000} ;;
 scontrol_requeue) N=${N:-2500} ;;
 *) echo "usage: $0 time_limit|scontrol_requeue" >&2; exit 2 ;;
 esac
