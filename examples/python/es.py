@@ -23,6 +23,7 @@ from the stop callback and ends between iterations.  A restarted run
 --resume without a file continues from --checkpoint's file when it exists.
 """
 import argparse
+import copy
 import os
 import pickle
 import sys
@@ -179,9 +180,11 @@ def env_info(name):
         env.close()
 
 
-def save_checkpoint(path, trainer, elapsed):
+def save_checkpoint(path, trainer, elapsed, rng_state=None):
     st = trainer.state()
     st["elapsed"] = elapsed
+    if rng_state is not None:   # the generator as the last iteration left it
+        st["rng"] = rng_state
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         pickle.dump(st, f, protocol=4)
@@ -246,6 +249,7 @@ class StopGuard:
     def __init__(self, path):
         self.path, self.lock = path, threading.Lock()
         self.trainer, self.elapsed = None, 0.0
+        self.rng_state = None  # before the current iteration drew its tasks
 
     def arm(self):
         import fiber
@@ -255,7 +259,8 @@ class StopGuard:
         with self.lock:
             if self.trainer is None:
                 return
-            save_checkpoint(self.path, self.trainer, self.elapsed + time.time() - START)
+            save_checkpoint(self.path, self.trainer, self.elapsed + time.time() - START,
+                            self.rng_state)
             print("es: stop requested (signal %d): saved iteration %d to %s"
                   % (sig, self.trainer.iteration, self.path), file=sys.stderr, flush=True)
 
@@ -346,12 +351,19 @@ def run_loop(args, cfg, trainer, pool, elapsed0, guard=None):
             print("es: time limit of %g s reached" % args.time_limit, flush=True)
             break
         evaluate = every > 0 and (trainer.iteration + 1) % every == 0
+        if guard:
+            # tasks() draws from the generator: a stop callback saving
+            # during this iteration saves the generator as it is now.
+            with lock:
+                guard.rng_state = copy.deepcopy(trainer.rng.bit_generator.state)
         tasks = trainer.tasks(evaluate)
         t = time.time()
         results = pool.map(es_worker.run_task, tasks, chunksize=1)
         dt = max(time.time() - t, 1e-9)
         with lock:
             rec = trainer.update(results)
+            if guard:
+                guard.rng_state = None  # the iteration is whole again
         rec.update(seconds=dt, episodes_per_s=rec["episodes"] / dt,
                    steps_per_s=rec["steps"] / dt,
                    elapsed=elapsed0 + time.time() - START)
