@@ -6,6 +6,8 @@
 #   1. uninterrupted: N iterations, the final checkpoint is the reference;
 #   2. in pieces: N/3 iterations, then --resume up to N on 3 workers, not
 #      2 (results are combined in record order, whatever worker ran them);
+#   4. (below) ended twice right after its stop callback, as a requeued
+#      master ends, and restarted;
 #   3. stopped twice: SIGTERM once iteration N/15 is reported (exit 3, the
 #      stop callback and the loop save), restarted with FIBER_RESUMED=1;
 #      SIGUSR1 (Slurm's warning) once iteration 2N/5 is reported, restarted
@@ -90,4 +92,22 @@ FIBER_RESUMED=2 "$ES" $common --iters "$N" --checkpoint "$dir/stop.ckpt" \
 [ $status -eq 1 ] || fail "last restart: status $status: $(tail -3 "$dir/s3.out")"
 grep -q "after $N iterations" "$dir/s3.out" || fail "last restart: $(tail -2 "$dir/s3.out")"
 cmp "$dir/ref.ckpt" "$dir/stop.ckpt" || fail "the stopped and resumed run differs"
+# 4. as a master of `fiber run --requeue` (FIBER_BOOT_REQUEUE=1): it ends
+#    with 75 as soon as the stop callback returns, in the middle of an
+#    iteration, so the checkpoint must be the one the callback saved.
+for at in $((N / 5)) $((N / 2)); do
+    status=0
+    FIBER_BOOT_REQUEUE=1 FIBER_RESUMED=$((at / (N / 5) - 1)) \
+        run_and_signal "rq$at" "$at" USR1 --iters "$N" \
+        --checkpoint "$dir/rq.ckpt" || status=$?
+    [ $status -eq 75 ] || fail "requeue mode: status $status, want 75: $(tail -3 "$dir/rq$at.out")"
+    grep -q "es: stop requested (signal 10): saved iteration" "$dir/rq$at.out" ||
+        fail "requeue mode: the callback did not save: $(tail -3 "$dir/rq$at.out")"
+done
+status=0
+FIBER_RESUMED=2 "$ES" $common --iters "$N" --checkpoint "$dir/rq.ckpt" \
+    >"$dir/rq.out" 2>&1 || status=$?
+[ $status -eq 1 ] || fail "requeue mode, last life: status $status"
+cmp "$dir/ref.ckpt" "$dir/rq.ckpt" || fail "the run ended twice by its stop callback differs"
+
 echo "stopped after iterations $it1 and $(sed -n 's/^stopped by signal 10 after iteration \([0-9]*\),.*/\1/p' "$dir/s2.out"), resumed twice: final checkpoint identical to the uninterrupted run's ($(wc -c <"$dir/ref.ckpt") bytes)"
