@@ -158,11 +158,14 @@ def test_pbt_exploits_and_is_deterministic_on_either_pool(gym, tmp_path):
     assert m and int(m.group(1)) >= 1 and "*" in "".join(ra[1:]), a.stdout
 
 
-def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_path):
+@pytest.mark.parametrize("requeue", [False, True])
+def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_path, requeue):
     """SIGTERM (the cluster's stop) once iteration 3 is reported: the stop
     callback saves and the run exits 3; restarted with FIBER_RESUMED=1 (as
     `fiber run --requeue` restarts it) it continues from its checkpoint and
-    ends with the same policy, bit for bit, as a run never stopped."""
+    ends with the same policy, bit for bit, as a run never stopped.  With
+    requeue, as a master of `fiber run --requeue` (FIBER_BOOT_REQUEUE=1):
+    it ends with 75 right after the callback, mid-iteration."""
     import signal
     import time
     common = ["--env", "CartPole-v1", "--seed", "3", "--pool", "fiber", "--workers", "2",
@@ -176,6 +179,8 @@ def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_pa
     env["PYTHONPATH"] = os.pathsep.join([PKG] + [p for p in [env.get("PYTHONPATH")] if p])
     env.pop("FIBER_RESUMED", None)
     env.pop("SLURM_RESTART_COUNT", None)
+    if requeue:
+        env["FIBER_BOOT_REQUEUE"] = "1"
     proc = subprocess.Popen([sys.executable, ES] + common + ["--checkpoint", "stop.pkl"],
                             cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -187,12 +192,16 @@ def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_pa
             break
     rest, _ = proc.communicate(timeout=120)
     out = "".join(seen) + rest
-    assert proc.returncode == 3, out
-    assert "es: stop requested (signal 15): saved iteration" in out
-    m = re.search(r"stopped by signal 15 after iteration (\d+)", out)
+    assert proc.returncode == (75 if requeue else 3), out
+    m = re.search(r"es: stop requested \(signal 15\): saved iteration (\d+)", out)
     assert m and 3 <= int(m.group(1)) < 12, out
-    assert load(tmp_path / "stop.pkl")["iteration"] == int(m.group(1))
+    if not requeue:
+        m = re.search(r"stopped by signal 15 after iteration (\d+)", out)
+        assert m and 3 <= int(m.group(1)) < 12, out
+        assert load(tmp_path / "stop.pkl")["iteration"] == int(m.group(1))
+    m = re.match(r"(\d+)", str(load(tmp_path / "stop.pkl")["iteration"]))  # resumed from
 
+    env.pop("FIBER_BOOT_REQUEUE", None)
     env["FIBER_RESUMED"] = "1"
     again = subprocess.run([sys.executable, ES] + common + ["--checkpoint", "stop.pkl"],
                            cwd=str(tmp_path), env=env, capture_output=True, text=True,
