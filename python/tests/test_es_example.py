@@ -193,8 +193,11 @@ def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_pa
     rest, _ = proc.communicate(timeout=120)
     out = "".join(seen) + rest
     assert proc.returncode == (75 if requeue else 3), out
+    # The loop may end (and save) before the stop callback runs; a requeued
+    # master ends right after the callback, so there it must have saved.
     m = re.search(r"es: stop requested \(signal 15\): saved iteration (\d+)", out)
-    assert m and 3 <= int(m.group(1)) < 12, out
+    assert m or not requeue, out
+    assert not m or 3 <= int(m.group(1)) < 12, out
     if not requeue:
         m = re.search(r"stopped by signal 15 after iteration (\d+)", out)
         assert m and 3 <= int(m.group(1)) < 12, out
