@@ -70,8 +70,8 @@ status=0
 run_and_signal s1 $((N / 15)) TERM --iters "$N" --checkpoint "$dir/stop.ckpt" \
     || status=$?
 [ $status -eq 3 ] || fail "first stop: status $status, want 3: $(tail -3 "$dir/s1.out")"
-grep -q "es: stop requested (signal 15): saved iteration" "$dir/s1.out" \
-    || fail "the stop callback did not save: $(tail -3 "$dir/s1.out")"
+# (The loop may save and end before the stop callback runs: the callback's
+# own save is required in the requeue mode below, where nothing follows it.)
 grep -q "^stopped by signal 15 after iteration" "$dir/s1.out" \
     || fail "first stop: $(tail -2 "$dir/s1.out")"
 it1=$(sed -n 's/^stopped by signal 15 after iteration \([0-9]*\),.*/\1/p' "$dir/s1.out")
