@@ -5,9 +5,20 @@
  *
  * Exit status: 0 when the unperturbed policy reached the target (or the
  * self-test passed), 1 when the iterations ran out first or a run failed,
- * 2 for a bad command line.
+ * 2 for a bad command line, 3 when the cluster asked the run to stop
+ * (fiber_on_stop_requested) and its checkpoint was saved.
+ *
+ * Stop and resume.  With --checkpoint FILE the run saves after every
+ * iteration (--checkpoint-every, 1 by default; write then rename), and on
+ * a stop request (SIGTERM, or Slurm's SIGUSR1 before the time limit) its
+ * stop callback saves the last completed iteration at once; the loop then
+ * ends between iterations.  A restarted run (fiber_resumed() > 0, as
+ * `fiber run --requeue` sets it) or one given --resume without a file
+ * continues from FILE when it exists.  A run is a function of --seed and
+ * the iteration, so the resumed run ends exactly as an uninterrupted one.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +32,8 @@
 #define DEFAULT_SEED 1
 #define DEFAULT_NOISE_LOG2 22 /* 4M floats, 16 MiB per process */
 #define DEFAULT_EVAL 5
-#define DEFAULT_CKPT_EVERY 10
+#define DEFAULT_CKPT_EVERY 1
+#define EXIT_STOPPED 3
 
 int es_selftest(void); /* selftest.c */
 
@@ -31,7 +43,42 @@ struct cli {
     long long seed;
     int hidden, noise_log2, selftest, have_target, have_env;
     const char *resume;
+    int resume_own; /* --resume without a file: --checkpoint's, if any */
 };
+
+/* What the stop callback saves: the state es_train updates, under mu. */
+static struct {
+    pthread_mutex_t mu;
+    struct es_state *st;
+    const char *path;
+    uint64_t saved_iteration;
+    int saved;
+} stop_ctx = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* On fiber's stop thread: saves the last completed iteration now, so the
+ * checkpoint is there even if the cluster's SIGKILL comes before the
+ * current iteration ends. */
+static void save_on_stop(void *user, int sig)
+{
+    (void)user;
+    char err[512];
+    pthread_mutex_lock(&stop_ctx.mu);
+    if (stop_ctx.st) {
+        if (es_checkpoint_save(stop_ctx.st, stop_ctx.path, err,
+                               sizeof err) == 0) {
+            stop_ctx.saved = 1;
+            stop_ctx.saved_iteration = stop_ctx.st->iteration;
+            fprintf(stderr, "es: stop requested (signal %d): saved "
+                    "iteration %llu to %s\n", sig,
+                    (unsigned long long)stop_ctx.st->iteration,
+                    stop_ctx.path);
+        } else {
+            fprintf(stderr, "es: stop requested (signal %d): %s\n", sig,
+                    err);
+        }
+    }
+    pthread_mutex_unlock(&stop_ctx.mu);
+}
 
 static void usage(FILE *f)
 {
@@ -41,7 +88,7 @@ static void usage(FILE *f)
         "          [--sigma S] [--lr L] [--iters N] [--seed S] "
         "[--target R]\n"
         "          [--checkpoint FILE] [--checkpoint-every K] "
-        "[--resume FILE]\n"
+        "[--resume [FILE]]\n"
         "          [--log FILE] [--selftest] [--help]\n"
         "Evolution strategies (Salimans et al. 2017) on a fiber pool: "
         "mirrored\nperturbations from a shared noise table, centered "
@@ -60,10 +107,16 @@ static void usage(FILE *f)
         "  --eval N             evaluation episodes per iteration (5)\n"
         "  --hidden H           hidden units of the policy\n"
         "  --noise-log2 K       noise table of 2^K floats (22)\n"
-        "  --checkpoint FILE    save the run there every K iterations "
-        "and at the end\n"
-        "  --checkpoint-every K (default 10)\n"
+        "  --checkpoint FILE    save the run there every K iterations, "
+        "at the end\n"
+        "                       and when the cluster asks it to stop "
+        "(exit 3)\n"
+        "  --checkpoint-every K (default 1)\n"
         "  --resume FILE        continue a saved run\n"
+        "  --resume             continue from --checkpoint's FILE if it "
+        "exists\n"
+        "                       (so does a restarted run: FIBER_RESUMED)"
+        "\n"
         "  --log FILE           rows of 'iteration mean best center "
         "elapsed'\n"
         "  --selftest           check the pieces and exit\n"
@@ -184,6 +237,11 @@ static int parse_args(int argc, char **argv, struct cli *c)
             c->selftest = 1;
             continue;
         }
+        if (strcmp(f, "--resume") == 0 &&
+            (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+            c->resume_own = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "es: %s needs a value (try --help)\n", f);
             return -1;
@@ -226,6 +284,13 @@ static void apply_defaults(struct cli *c)
 static int make_state(struct cli *c, struct es_state *st)
 {
     char err[512];
+    const char *own = c->o.checkpoint;
+    if (!c->resume && own && (c->resume_own || fiber_resumed() > 0)) {
+        if (access(own, F_OK) == 0)
+            c->resume = own;
+        else
+            printf("no checkpoint at %s yet: starting afresh\n", own);
+    }
     if (!c->resume) {
         apply_defaults(c);
         if (es_state_init(st, c->env, c->hidden, (uint64_t)c->seed,
@@ -287,9 +352,34 @@ static int train(struct cli *c)
     }
     print_plan(c, &st);
     fflush(stdout);
+    if (c->o.checkpoint) {
+        pthread_mutex_lock(&stop_ctx.mu);
+        stop_ctx.st = &st;
+        stop_ctx.path = c->o.checkpoint;
+        pthread_mutex_unlock(&stop_ctx.mu);
+        c->o.state_mu = &stop_ctx.mu;
+        c->o.stop_aware = 1;
+        if (fiber_on_stop_requested(save_on_stop, NULL) != 0) {
+            fprintf(stderr, "es: %s\n", fiber_last_error());
+            es_state_free(&st);
+            return 1;
+        }
+    }
     struct es_outcome out;
     int rc = es_train(&c->o, &st, &out);
+    pthread_mutex_lock(&stop_ctx.mu);
+    stop_ctx.st = NULL; /* a late stop callback saves nothing */
+    pthread_mutex_unlock(&stop_ctx.mu);
     uint64_t it = st.iteration + (out.solved ? 1 : 0);
+    if (rc == 0 && out.stopped) {
+        printf("stopped by signal %d after iteration %llu, %.2f s; "
+               "checkpoint %s (continue with --resume, or as a restarted "
+               "run)\n", fiber_stop_requested(),
+               (unsigned long long)st.iteration, out.seconds,
+               c->o.checkpoint);
+        es_state_free(&st);
+        return EXIT_STOPPED;
+    }
     if (rc == 0 && out.solved) {
         printf("solved: return %g at iteration %llu after %.2f s\n",
                out.center, (unsigned long long)it, out.seconds);

@@ -39,6 +39,7 @@ struct run {
     unsigned char *recs, *res;
     uint32_t *offsets;         /* pop noise offsets */
     double *returns, *ranks;   /* 2*pop: [2i] is +eps, [2i+1] is -eps */
+    uint64_t rng_next;         /* the generator after build_tasks */
     size_t *idx;               /* 2*pop, ranking scratch */
     double *weights, *grad;    /* pop, nparams */
     float *mean, *std;         /* obs_dim: what this iteration sends */
@@ -205,6 +206,10 @@ static void build_tasks(struct run *r)
                         (uint32_t)st->shape.hidden, 0, (float)r->o->sigma,
                         (uint32_t)r->o->episodes, 0};
     uint64_t span = r->noise_n - st->nparams + 1;
+    /* The generator advances in a copy, committed with the update, so
+     * that the state a stop callback saves mid-iteration is the last
+     * completed iteration's, whole. */
+    uint64_t rng = st->rng;
     for (size_t i = 0; i < r->ntasks; i++) {
         if (i == (size_t)r->o->pop) {
             t.kind = ES_KIND_EVAL;
@@ -213,9 +218,9 @@ static void build_tasks(struct run *r)
             t.noise_offset = 0;
         }
         if (t.kind == ES_KIND_PAIR)
-            t.noise_offset = r->offsets[i] = (uint32_t)(es_rand64(&st->rng) %
+            t.noise_offset = r->offsets[i] = (uint32_t)(es_rand64(&rng) %
                                                         span);
-        t.seed = es_rand64(&st->rng);
+        t.seed = es_rand64(&rng);
         if (r->shared)
             memcpy(r->recs + i * r->rec_size, &t, sizeof t);
         else
@@ -225,6 +230,7 @@ static void build_tasks(struct run *r)
     if (r->shared)
         es_shared_pack(r->blob, st->nparams, st->shape.obs_dim, st->theta,
                        r->mean, r->std);
+    r->rng_next = rng;
 }
 
 /* The iteration's map: with the arrays as the shared argument, put once
@@ -325,7 +331,12 @@ static int save(struct run *r)
     char err[512];
     if (!r->o->checkpoint)
         return 0;
-    if (es_checkpoint_save(r->st, r->o->checkpoint, err, sizeof err) != 0) {
+    if (r->o->state_mu)
+        pthread_mutex_lock(r->o->state_mu);
+    int rc = es_checkpoint_save(r->st, r->o->checkpoint, err, sizeof err);
+    if (r->o->state_mu)
+        pthread_mutex_unlock(r->o->state_mu);
+    if (rc != 0) {
         fprintf(stderr, "es: %s\n", err);
         return -1;
     }
@@ -393,8 +404,13 @@ static int iterate(struct run *r, struct es_outcome *out)
     if (candidate && final_test(r, out) != 0)
         return -1;
     solved = candidate && out->test_mean >= r->o->target;
+    if (r->o->state_mu)
+        pthread_mutex_lock(r->o->state_mu);
+    r->st->rng = r->rng_next;
     if (!solved)
         update(r);
+    if (r->o->state_mu)
+        pthread_mutex_unlock(r->o->state_mu);
     s.seconds = now_s() - t0;
     s.map_seconds = t2 - t1;
     s.master_seconds = s.seconds - s.map_seconds;
@@ -435,6 +451,10 @@ int es_train(const struct es_opts *o, struct es_state *st,
     if (rc == 0)
         rc = build_noise(&r) || start_pool(&r) || open_log(&r) ? -1 : 0;
     while (rc == 0 && st->iteration < (uint64_t)o->iters) {
+        if (o->stop_aware && fiber_stop_requested()) {
+            out->stopped = 1;
+            break;
+        }
         rc = iterate(&r, out);
         if (rc == 1) {
             out->solved = 1;

@@ -5,6 +5,7 @@
 #ifndef ES_TRAIN_H
 #define ES_TRAIN_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,13 @@ struct es_opts {
     double sigma, lr, l2, target;
     const char *checkpoint; /* may be NULL */
     int checkpoint_every;   /* 0: only at the end */
+    /* Held while the state changes (an update) and while it is saved,
+     * so that a stop callback on another thread may save it too; may be
+     * NULL. */
+    pthread_mutex_t *state_mu;
+    /* Stop between iterations once fiber_stop_requested() says so (the
+     * run is then saved, and out->stopped set). */
+    int stop_aware;
     const char *log;        /* may be NULL */
     int quiet;              /* no per-iteration lines */
     /* For benchmarks: another task over the same records (NULL:
@@ -79,6 +87,7 @@ struct es_opts {
 
 struct es_outcome {
     int solved;
+    int stopped;        /* a stop was requested: ended between iterations */
     double center;      /* the last center return */
     double best_center; /* the best center return seen */
     double seconds;

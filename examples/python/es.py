@@ -11,12 +11,23 @@ perturbed policies, the unperturbed policy's mean over new start states
 
 Exit status: 0 when the target was reached and confirmed on new start
 states (or, with no target, when the iterations or the time ran out),
-1 when a target was not reached or the run failed, 2 for a bad command line.
+1 when a target was not reached or the run failed, 2 for a bad command line,
+3 when the cluster asked the run to stop and its checkpoint was saved.
+
+Stop and resume (--pool fiber): with --checkpoint the run saves after every
+iteration (--checkpoint-every, 1 by default; write then rename) and, when
+the cluster asks the master to stop (SIGTERM; Slurm's SIGUSR1 before the
+time limit: fiber.on_stop_requested), saves the last completed iteration
+from the stop callback and ends between iterations.  A restarted run
+(fiber.resumed() > 0, as `fiber run --requeue` sets it) or one given
+--resume without a file continues from --checkpoint's file when it exists.
 """
 import argparse
+import copy
 import os
 import pickle
 import sys
+import threading
 import time
 
 START = time.time()
@@ -115,9 +126,12 @@ def arg_parser():
     p.add_argument("--pairs-per-task", type=positive(int), default=1,
                    help="pairs one pool task evaluates (1)")
     p.add_argument("--checkpoint", help="save the run here (atomically)")
-    p.add_argument("--checkpoint-every", type=positive(int), default=10,
-                   help="iterations between checkpoints (10), and at the end")
-    p.add_argument("--resume", help="continue the run saved in this checkpoint")
+    p.add_argument("--checkpoint-every", type=positive(int), default=1,
+                   help="iterations between checkpoints (1), at the end, and "
+                   "when the cluster asks the run to stop (exit 3)")
+    p.add_argument("--resume", nargs="?", const="", metavar="FILE",
+                   help="continue the run saved in FILE; without FILE, the one "
+                   "in --checkpoint if it exists (as a restarted run does)")
     p.add_argument("--plot", help="write the return curve to this PNG (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
     return p
@@ -166,9 +180,11 @@ def env_info(name):
         env.close()
 
 
-def save_checkpoint(path, trainer, elapsed):
+def save_checkpoint(path, trainer, elapsed, rng_state=None):
     st = trainer.state()
     st["elapsed"] = elapsed
+    if rng_state is not None:   # the generator as the last iteration left it
+        st["rng"] = rng_state
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         pickle.dump(st, f, protocol=4)
@@ -225,7 +241,55 @@ def run_test(pool, trainer, episodes):
     return np.array([e[0] for r in results for e in r])
 
 
+class StopGuard:
+    """Saves the last completed iteration when fiber's stop event fires
+    (on fiber's stop thread), and tells the loop to end.  `lock` is held
+    while the trainer's state changes."""
+
+    def __init__(self, path):
+        self.path, self.lock = path, threading.Lock()
+        self.trainer, self.elapsed = None, 0.0
+        self.rng_state = None  # before the current iteration drew its tasks
+
+    def arm(self):
+        import fiber
+        fiber.on_stop_requested(self.on_stop)
+
+    def on_stop(self, sig):
+        with self.lock:
+            if self.trainer is None:
+                return
+            save_checkpoint(self.path, self.trainer, self.elapsed + time.time() - START,
+                            self.rng_state)
+            print("es: stop requested (signal %d): saved iteration %d to %s"
+                  % (sig, self.trainer.iteration, self.path), file=sys.stderr, flush=True)
+
+    @staticmethod
+    def requested():
+        import fiber
+        return fiber.stop_requested()
+
+
+def resume_path(args):
+    """The checkpoint to continue from: --resume FILE; or --checkpoint's
+    file for --resume alone and for a restarted run (fiber.resumed())."""
+    if args.resume:
+        return args.resume
+    restarted = False
+    if args.pool == "fiber" and args.checkpoint:
+        import fiber
+        restarted = fiber.resumed() > 0
+    if (args.resume == "" or restarted) and args.checkpoint:
+        if os.path.exists(args.checkpoint):
+            return args.checkpoint
+        print("es: no checkpoint at %s yet: starting afresh" % args.checkpoint, flush=True)
+    elif args.resume == "":
+        raise RunError("--resume without a file needs --checkpoint FILE")
+    return None
+
+
 def train(args):
+    args.resume = resume_path(args)
     saved = load_checkpoint(args.resume) if args.resume else None
     cfg = resolve_config(args, saved["config"] if saved else None)
     info = env_info(cfg["env"])
@@ -254,28 +318,52 @@ def train(args):
     print("es: pool %s%s, %d workers, started in %.2f s"
           % (args.pool, " (backend %s)" % backend if args.pool == "fiber" else "",
              args.workers, time.time() - t_pool), flush=True)
-    status = run_loop(args, cfg, trainer, pool, elapsed0)
+    guard = None
+    if args.pool == "fiber" and args.checkpoint:
+        guard = StopGuard(args.checkpoint)
+        guard.trainer, guard.elapsed = trainer, elapsed0
+        guard.arm()
+    status = run_loop(args, cfg, trainer, pool, elapsed0, guard)
+    if guard:
+        with guard.lock:
+            guard.trainer = None
     es_pools.close_pool(args.pool, pool)
     return status
 
 
-def run_loop(args, cfg, trainer, pool, elapsed0):
+def run_loop(args, cfg, trainer, pool, elapsed0, guard=None):
     target, every = cfg["target"], cfg["eval_every"]
     run_start = time.time()
     title = "%s, %s pool, %d workers" % (cfg["env"], args.pool, args.workers)
     status = 0 if target is None else 1
+    lock = guard.lock if guard else threading.Lock()
     while True:
+        if guard and guard.requested():
+            with lock:
+                save_checkpoint(args.checkpoint, trainer, elapsed0 + time.time() - START)
+            print("es: stopped by signal %d after iteration %d; checkpoint %s (continue "
+                  "with --resume, or as a restarted run)"
+                  % (guard.requested(), trainer.iteration, args.checkpoint), flush=True)
+            return 3
         if args.iterations and trainer.iteration >= args.iterations:
             break
         if args.time_limit and time.time() - run_start >= args.time_limit:
             print("es: time limit of %g s reached" % args.time_limit, flush=True)
             break
         evaluate = every > 0 and (trainer.iteration + 1) % every == 0
+        if guard:
+            # tasks() draws from the generator: a stop callback saving
+            # during this iteration saves the generator as it is now.
+            with lock:
+                guard.rng_state = copy.deepcopy(trainer.rng.bit_generator.state)
         tasks = trainer.tasks(evaluate)
         t = time.time()
         results = pool.map(es_worker.run_task, tasks, chunksize=1)
         dt = max(time.time() - t, 1e-9)
-        rec = trainer.update(results)
+        with lock:
+            rec = trainer.update(results)
+            if guard:
+                guard.rng_state = None  # the iteration is whole again
         rec.update(seconds=dt, episodes_per_s=rec["episodes"] / dt,
                    steps_per_s=rec["steps"] / dt,
                    elapsed=elapsed0 + time.time() - START)
@@ -295,13 +383,15 @@ def run_loop(args, cfg, trainer, pool, elapsed0):
                 print("es: the test on %d new start states gave %.1f: training on"
                       % (test.size, test.mean()), flush=True)
         if args.checkpoint and (done or trainer.iteration % args.checkpoint_every == 0):
-            save_checkpoint(args.checkpoint, trainer, elapsed0 + time.time() - START)
+            with lock:
+                save_checkpoint(args.checkpoint, trainer, elapsed0 + time.time() - START)
             if args.plot:
                 plot(args.plot, trainer.history, title)
         if done:
             break
     if args.checkpoint:
-        save_checkpoint(args.checkpoint, trainer, elapsed0 + time.time() - START)
+        with lock:
+            save_checkpoint(args.checkpoint, trainer, elapsed0 + time.time() - START)
     if target is None and args.test_episodes:
         test = run_test(pool, trainer, args.test_episodes)
         print("es: after %d iterations (%d training steps, %.1f s): the policy averages "

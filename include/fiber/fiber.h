@@ -253,6 +253,86 @@ FIBER_API int fiber_job_command_set(const char *const *argv,
                                     const char *const *env);
 
 /* ------------------------------------------------------------------------
+ * Stop requests and resumption
+ *
+ * Clusters end jobs for reasons of their own: a Slurm time limit or
+ * pre-emption, a Kubernetes eviction or node drain.  Each warns first with
+ * a signal to the master:
+ *
+ *   SIGUSR1  Slurm, a set time before the job's time limit, when the job
+ *            asked for it (`fiber run --signal <seconds>`, which is sbatch's
+ *            --signal=B:USR1@<seconds>);
+ *   SIGTERM  Slurm at the time limit, on pre-emption, on scancel and on
+ *            scontrol requeue (SIGKILL follows after the cluster's
+ *            KillWait or GraceTime); Kubernetes when the pod is deleted or
+ *            evicted (SIGKILL follows after the pod's termination grace
+ *            period); `fiber kill` (SIGKILL after terminate_grace_ms).
+ *
+ * fiber turns the first of these into one event: the callbacks registered
+ * with fiber_on_stop_requested() run, and fiber_stop_requested() turns
+ * nonzero, so that a program can checkpoint and end before it is killed.
+ * ------------------------------------------------------------------------ */
+
+/* A stop callback: user as registered, sig the signal that asked
+ * (SIGTERM or SIGUSR1). */
+typedef void (*fiber_stop_fn)(void *user, int sig);
+
+/* The exit status of a master that ends to be requeued (EX_TEMPFAIL).  A
+ * master started by `fiber run --requeue` ends with it as soon as its
+ * stop callbacks have returned (flushing stdio and stopping its jobs
+ * first), and the backend's batch script requeues the run under the same
+ * name; a program may also exit with it itself to ask for a requeue. */
+#define FIBER_EXIT_REQUEUE 75
+
+/* Registers fn to run once when the master is asked to stop, and arms the
+ * stop event.  fn may be NULL: the event is armed, for a program that only
+ * polls fiber_stop_requested().  Several callbacks (at most 16) run in the
+ * order they were registered.
+ *
+ * Until the first call, fiber leaves the signals alone: SIGTERM and
+ * SIGUSR1 end the program, as their default actions do.  From the first
+ * call until fiber_shutdown():
+ *   - the first SIGTERM or SIGUSR1 requests the stop: the callbacks run
+ *     on fiber's stop thread, not in a signal handler, one after the
+ *     other, with no lock of fiber's held, so they may call any fiber
+ *     function (run a pool's map, write a checkpoint, call exit());
+ *     the program's other threads go on meanwhile;
+ *   - a second SIGTERM ends the program as it always did (its default
+ *     action is back once the first stop signal arrived), and so does
+ *     SIGINT, which fiber never handles; later SIGUSR1s are ignored;
+ *   - fiber_shutdown() (and so exit()) waits for a callback that is still
+ *     running, then gives both signals their default actions back.
+ * A handler the program installed for SIGTERM or SIGUSR1 is replaced.
+ *
+ * Registered after the stop was requested and delivered, fn runs at once
+ * on the caller's thread, before this returns.
+ *
+ * In a master that `fiber run --requeue` started (FIBER_BOOT_REQUEUE=1 in
+ * its environment), the program ends once the last callback returns:
+ * fiber_shutdown(), then exit status FIBER_EXIT_REQUEUE, without running
+ * atexit handlers (other threads are still running); the callbacks must
+ * therefore have saved what the restarted run needs.
+ *
+ * Only in the master.  Returns 0, FIBER_ENOTINIT (before fiber_init()),
+ * FIBER_ENOTSUP (in a child job), FIBER_EINVAL (a 17th callback) or
+ * FIBER_ESYS. */
+FIBER_API int fiber_on_stop_requested(fiber_stop_fn fn, void *user);
+
+/* Returns 0 until a stop was requested, then the signal that asked
+ * (SIGTERM, SIGUSR1): a flag to check between iterations.  Always 0 while
+ * the event is not armed (see fiber_on_stop_requested).  Async-signal-safe
+ * and lock-free. */
+FIBER_API int fiber_stop_requested(void);
+
+/* Returns how many times this run was restarted after its master was
+ * stopped: the configuration key `resumed` (FIBER_RESUMED=<count>, which
+ * `fiber run --requeue` sets in a requeued master), else Slurm's
+ * SLURM_RESTART_COUNT in a master that runs as a Slurm batch job, else 0.
+ * A program that sees a nonzero count loads its checkpoint.  0 in a child
+ * job and before fiber_init(). */
+FIBER_API int fiber_resumed(void);
+
+/* ------------------------------------------------------------------------
  * Configuration
  *
  * Keys (the full reference is docs/configuration.md):
@@ -404,7 +484,15 @@ FIBER_API void fiber_process_free(fiber_process *p);
  * sized from the measured task time.
  *
  * Resilience: when a worker's job ends or it stops heart-beating, the tasks
- * it held go back to the queue one by one and a replacement starts.  A
+ * it held go back to the queue one by one and a replacement starts.
+ *
+ * Time limits: a worker whose job the engine will end at a time limit
+ * (Slurm's --time: slurm_time_limit, or sbatch's own default) is retired
+ * time_limit_margin_ms before it (by default the larger of 10 s and four
+ * times the tasks it holds, at their measured duration): it gets no new
+ * task, a replacement starts at once, and it exits once its tasks are
+ * answered, so no task is cut off by the limit (workers_retired_at_limit
+ * counts them; none of their tasks is retried).  A
  * task that crashes its worker (a fatal signal, or exit()) is named by the
  * worker itself and charged; when a worker vanishes without a word
  * (SIGKILL, the OOM killer) holding several tasks, each of them runs alone
@@ -453,6 +541,8 @@ typedef struct fiber_pool_stats {
     size_t tasks_in_flight;   /* sent, result not yet back */
     int workers_starting;     /* of workers_alive: launched, not yet
                                  connected and initialized */
+    uint64_t workers_retired_at_limit; /* drained and replaced ahead of
+                                          their job's time limit */
 } fiber_pool_stats;
 
 /* One input of fiber_pool_map_bufs. */
@@ -1645,6 +1735,17 @@ typedef struct fiber_run_opts {
     const char *const *env;  /* extra "NAME=value" for the master */
     int detach;              /* local: send the master's output to
                                 <run dir>/logs/master.log instead of ours */
+    int signal_s;            /* slurm: ask Slurm for SIGUSR1 this many
+                                seconds before the master's time limit
+                                (sbatch --signal=B:USR1@N), which fires
+                                its stop event; 0 = none; at most 65535 */
+    int requeue;             /* slurm: the master is requeueable, with the
+                                same run name: pre-emption and scontrol
+                                requeue bring it back, and once its stop
+                                callbacks return after the --signal
+                                warning it ends (FIBER_EXIT_REQUEUE) and
+                                requeues itself; a restarted master has
+                                FIBER_RESUMED=<restarts> (fiber_resumed) */
 } fiber_run_opts;
 
 typedef struct fiber_run fiber_run;

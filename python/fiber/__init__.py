@@ -38,7 +38,7 @@ __all__ = [
     "BaseManager", "SyncManager", "AsyncManager", "meta", "FiberError",
     "ConfigError", "FiberTimeoutError", "TaskCrashedError", "ClosedError",
     "NoTaskError", "PicklingError", "RemoteError", "TimeoutError",
-    "run_id", "is_master",
+    "run_id", "is_master", "on_stop_requested", "stop_requested", "resumed",
 ]
 
 
@@ -68,3 +68,45 @@ def is_master():
     """True in the master, False in a job fiber started."""
     from . import _runtime
     return not _runtime.child_mode
+
+
+def on_stop_requested(fn=None):
+    """Calls fn(signum) once when the cluster asks this master to stop: the
+    first SIGTERM (Slurm's time limit, pre-emption, scancel, scontrol
+    requeue; a Kubernetes pod's deletion) or SIGUSR1 (Slurm's warning
+    before the time limit, ``fiber run --signal``).  fn runs on fiber's
+    stop thread, holding the GIL, while the main thread goes on; it may
+    use fiber (a Pool's map, a Queue) and should save what the program
+    needs to resume.  An exception it raises is printed and ignored, and
+    so is SystemExit: to end the program, let the main thread see
+    ``stop_requested()``.  A second SIGTERM ends the program as it always
+    did, and SIGINT stays Python's KeyboardInterrupt.
+
+    Until the first call fiber leaves SIGTERM and SIGUSR1 alone.  With no
+    fn it only arms the event, for a program that polls stop_requested().
+    Registered after the stop was delivered, fn runs at once.  Several
+    callbacks (at most 16) run in the order they were registered.  Returns
+    fn, so it can be used as a decorator.  Only in the master."""
+    from . import _runtime
+    _runtime.require_master("fiber.on_stop_requested()")
+    _fiber.stop_arm(fn)
+    return fn
+
+
+def stop_requested():
+    """0 until a stop was requested (see on_stop_requested), then the
+    signal that asked: signal.SIGTERM or signal.SIGUSR1.  Always 0 while
+    no on_stop_requested() call armed the event."""
+    return _fiber.stop_requested()
+
+
+def resumed():
+    """How many times this run was restarted after its master was stopped
+    (``fiber run --requeue``): FIBER_RESUMED, else Slurm's
+    SLURM_RESTART_COUNT; 0 for a fresh run.  A program that sees a
+    nonzero count loads its checkpoint."""
+    from . import _runtime
+    if _runtime.child_mode:
+        return 0
+    _runtime.ensure()
+    return _fiber.resumed()

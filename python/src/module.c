@@ -328,6 +328,73 @@ static PyObject *py_image_build(PyObject *self, PyObject *args)
     return res;
 }
 
+/* A Python stop callback, on fiber's stop thread (or, registered late, on
+ * the caller's): takes the GIL and calls fn(signum).  An exception is
+ * reported as unraisable (it cannot reach the program's main thread). */
+static void py_stop_trampoline(void *user, int sig)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction((PyObject *)user, "i", sig);
+    if (!r)
+        PyErr_WriteUnraisable((PyObject *)user);
+    Py_XDECREF(r);
+    /* A requeued master ends right after its callbacks, without Python's
+     * own exit: what they printed must be out by then. */
+    const char *streams[] = {"stdout", "stderr"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *f = PySys_GetObject(streams[i]); /* borrowed */
+        PyObject *res = f && f != Py_None
+                            ? PyObject_CallMethod(f, "flush", NULL)
+                            : NULL;
+        if (!res)
+            PyErr_Clear();
+        Py_XDECREF(res);
+    }
+    PyGILState_Release(g);
+}
+
+/* stop_arm(fn or None): fiber_on_stop_requested; fn stays referenced for
+ * the life of the process (the event holds it). */
+static PyObject *py_stop_arm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *fn;
+    if (!PyArg_ParseTuple(args, "O", &fn))
+        return NULL;
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "on_stop_requested: the callback must be callable");
+        return NULL;
+    }
+    if (fn != Py_None)
+        Py_INCREF(fn);
+    /* The GIL stays held: a late registration calls fn at once, here. */
+    int rc = fn == Py_None ? fiber_on_stop_requested(NULL, NULL)
+                           : fiber_on_stop_requested(py_stop_trampoline, fn);
+    if (rc) {
+        if (fn != Py_None)
+            Py_DECREF(fn);
+        return fbp_raise_last(rc);
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_stop_requested(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLong(fiber_stop_requested());
+}
+
+static PyObject *py_resumed(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLong(fiber_resumed());
+}
+
 static PyObject *py_strerror(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -355,6 +422,12 @@ static PyMethodDef module_methods[] = {
     {"image_build", py_image_build, METH_VARARGS,
      "image_build(program, trees, excludes, tag=None, progress=False) "
      "-> image id."},
+    {"stop_arm", py_stop_arm, METH_VARARGS,
+     "stop_arm(fn or None): fiber_on_stop_requested."},
+    {"stop_requested", py_stop_requested, METH_NOARGS,
+     "fiber_stop_requested(): 0 or the signal that asked."},
+    {"resumed", py_resumed, METH_NOARGS,
+     "fiber_resumed(): times the run was restarted."},
     {"strerror", py_strerror, METH_VARARGS,
      "strerror(code) -> (name, text)."},
     {NULL, NULL, 0, NULL},

@@ -432,14 +432,15 @@ static PyObject *pool_stats(FbpPool *self, PyObject *unused)
     if (rc)
         return fbp_raise_last(rc);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsisisnsn}", "tasks_submitted", st.tasks_submitted,
+        "{sKsKsKsKsKsKsKsKsisisnsnsK}", "tasks_submitted", st.tasks_submitted,
         "tasks_done", st.tasks_done, "tasks_failed", st.tasks_failed,
         "tasks_retried", st.tasks_retried, "tasks_crashed", st.tasks_crashed,
         "duplicates_dropped", st.duplicates_dropped, "workers_started",
         st.workers_started, "workers_lost", st.workers_lost, "workers_alive",
         st.workers_alive, "workers_target", st.workers_target, "tasks_queued",
         (Py_ssize_t)st.tasks_queued, "tasks_in_flight",
-        (Py_ssize_t)st.tasks_in_flight);
+        (Py_ssize_t)st.tasks_in_flight, "workers_retired_at_limit",
+        (unsigned long long)st.workers_retired_at_limit);
 }
 
 static PyMethodDef pool_methods[] = {

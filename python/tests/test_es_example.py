@@ -156,3 +156,68 @@ def test_pbt_exploits_and_is_deterministic_on_either_pool(gym, tmp_path):
     assert len(ra) == 3 and ra == rb, (ra, rb)
     m = re.search(r"^(\d+) exploit steps", a.stdout, re.M)
     assert m and int(m.group(1)) >= 1 and "*" in "".join(ra[1:]), a.stdout
+
+
+@pytest.mark.parametrize("requeue", [False, True])
+def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_path, requeue):
+    """SIGTERM (the cluster's stop) once iteration 3 is reported: the stop
+    callback saves and the run exits 3; restarted with FIBER_RESUMED=1 (as
+    `fiber run --requeue` restarts it) it continues from its checkpoint and
+    ends with the same policy, bit for bit, as a run never stopped.  With
+    requeue, as a master of `fiber run --requeue` (FIBER_BOOT_REQUEUE=1):
+    it ends with 75 right after the callback, mid-iteration."""
+    import signal
+    import time
+    common = ["--env", "CartPole-v1", "--seed", "3", "--pool", "fiber", "--workers", "2",
+              "--target", "1e9", "--eval-every", "0", "--test-episodes", "0",
+              "--iterations", "12"]
+    full = run(ES, common + ["--checkpoint", "full.pkl"], tmp_path)
+    assert full.returncode == 1 and "not reached in 12 iterations" in full.stdout, \
+        full.stdout + full.stderr
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([PKG] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.pop("FIBER_RESUMED", None)
+    env.pop("SLURM_RESTART_COUNT", None)
+    if requeue:
+        env["FIBER_BOOT_REQUEUE"] = "1"
+    proc = subprocess.Popen([sys.executable, ES] + common + ["--checkpoint", "stop.pkl"],
+                            cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("iter    3 "):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=120)
+    out = "".join(seen) + rest
+    assert proc.returncode == (75 if requeue else 3), out
+    # The loop may end (and save) before the stop callback runs; a requeued
+    # master ends right after the callback, so there it must have saved.
+    m = re.search(r"es: stop requested \(signal 15\): saved iteration (\d+)", out)
+    assert m or not requeue, out
+    assert not m or 3 <= int(m.group(1)) < 12, out
+    if not requeue:
+        m = re.search(r"stopped by signal 15 after iteration (\d+)", out)
+        assert m and 3 <= int(m.group(1)) < 12, out
+        assert load(tmp_path / "stop.pkl")["iteration"] == int(m.group(1))
+    m = re.match(r"(\d+)", str(load(tmp_path / "stop.pkl")["iteration"]))  # resumed from
+
+    env.pop("FIBER_BOOT_REQUEUE", None)
+    env["FIBER_RESUMED"] = "1"
+    again = subprocess.run([sys.executable, ES] + common + ["--checkpoint", "stop.pkl"],
+                           cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                           timeout=180)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "resumed stop.pkl at iteration %s" % m.group(1) in again.stdout, again.stdout
+    a, b = load(tmp_path / "full.pkl"), load(tmp_path / "stop.pkl")
+    assert a["iteration"] == b["iteration"] == 12
+    for key in ("theta", "adam_m", "adam_v"):
+        assert a[key].tobytes() == b[key].tobytes(), key
+
+
+def test_resume_alone_needs_a_checkpoint(gym, tmp_path):
+    r = run(ES, ["--env", "CartPole-v1", "--resume", "--iterations", "1"], tmp_path)
+    assert r.returncode == 2 and "--resume without a file needs --checkpoint FILE" in r.stderr, \
+        r.stdout + r.stderr

@@ -153,9 +153,20 @@ FIBER_API int fiber_run_start(fiber_run **out, const char *const *argv,
         return rc;
     if (o->cpu < 0 || o->memory_mb < 0 || o->gpu < 0)
         return fb_err(FIBER_EINVAL, "cpu, memory and gpu cannot be negative");
+    if (o->signal_s < 0 || o->signal_s > 65535)
+        return fb_err(FIBER_EINVAL, "signal: %d seconds; want 1 to 65535 "
+                                    "(or 0: no warning)",
+                      o->signal_s);
     const struct fb_run_ops *ops = NULL;
     if ((rc = choose_backend(o, &ops)) != 0)
         return rc;
+    if ((o->signal_s || o->requeue) && !ops->can_requeue)
+        return fb_err(FIBER_ENOTSUP,
+                      "--signal and --requeue are for a master that is a "
+                      "Slurm batch job (--backend slurm); the %s backend "
+                      "has no time limit to warn of and no queue to "
+                      "requeue in",
+                      ops->name);
     if (!ops->start) {
         char can[128];
         starters(can, sizeof can);

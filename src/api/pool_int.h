@@ -138,6 +138,7 @@ struct fb_worker {
     int retire;     /* take no more tasks; STOP once drained */
     int stop_sent;
     int asked_to_stop; /* its end is not a loss */
+    int at_limit;      /* retired ahead of its job's time limit */
     int faulted;    /* it reported the task that killed it (FAULT) */
     struct fb_conn conn;
     int has_conn;
@@ -213,6 +214,7 @@ struct fiber_pool {
     int all_retired;         /* fb_pool_retire_all has run */
     int startup_failures;   /* workers in a row that died before READY */
     uint64_t last_grow_ms;
+    uint64_t last_limit_check_ms; /* workers near their time limit */
     char broken[512];       /* set when workers cannot start */
     uint64_t name_seq;
     unsigned pool_no;

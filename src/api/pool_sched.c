@@ -33,6 +33,8 @@
 #define STARTUP_FAILURES_MAX 3
 #define TIMER_MS 100
 #define MAINTAIN_MS 5
+#define LIMIT_CHECK_MS 200
+#define LIMIT_MARGIN_MIN_MS 10000
 
 /* ---- the inbox: what the service thread tells us --------------------- */
 
@@ -874,6 +876,56 @@ static void fail_all_pending(struct fiber_pool *p, int code, const char *msg)
     }
 }
 
+/* How long before its job's time limit a worker is retired: the
+ * configuration's time_limit_margin_ms, else the larger of
+ * LIMIT_MARGIN_MIN_MS (a replacement's start) and four times what a
+ * worker holds at the measured task time (its tasks still to answer). */
+static uint64_t limit_margin_ms(const struct fiber_pool *p)
+{
+    int given = fb_rt_config()->time_limit_margin_ms;
+    if (given > 0)
+        return (uint64_t)given;
+    double held_ms = p->task_ns / 1e6 * (p->credit ? p->credit : 1);
+    double m = 4 * held_ms;
+    return m > LIMIT_MARGIN_MIN_MS ? (uint64_t)m : LIMIT_MARGIN_MIN_MS;
+}
+
+/* Retires the workers whose jobs reach their time limit within the margin
+ * (the backend's estimate, fb_job.end_by_ms): no new task goes to them,
+ * the target brings a replacement at once, and each gets STOP once its
+ * tasks are answered.  Every LIMIT_CHECK_MS at most. */
+static void retire_near_limit(struct fiber_pool *p, uint64_t now)
+{
+    if (now - p->last_limit_check_ms < LIMIT_CHECK_MS)
+        return;
+    p->last_limit_check_ms = now;
+    uint64_t margin = limit_margin_ms(p);
+    fb_rt_lock();
+    for (int i = 0; i < p->n_workers; i++) {
+        struct fb_worker *w = p->workers[i];
+        if (w->state == W_GONE || w->retire || !w->job || !w->job->job)
+            continue;
+        uint64_t end_by = w->job->job->end_by_ms;
+        if (end_by == 0 || now + margin < end_by)
+            continue;
+        w->at_limit = 1;
+        fb_log_info("pool: worker %s (job %s) reaches its time limit in "
+                    "%.1f s: draining it (%u task%s held) and starting a "
+                    "replacement",
+                    w->job->name, w->job->job->engine_id,
+                    end_by > now ? (double)(end_by - now) / 1000.0 : 0.0,
+                    w->inflight, w->inflight == 1 ? "" : "s");
+    }
+    fb_rt_unlock();
+    for (int i = 0; i < p->n_workers; i++) {
+        struct fb_worker *w = p->workers[i];
+        if (w->at_limit && !w->retire) {
+            p->st.workers_retired_at_limit++;
+            set_retire(p, w);
+        }
+    }
+}
+
 /* Keeps the pool the right size.  It runs at most every MAINTAIN_MS
  * unless something changed (force: the inbox had news); it walks no set
  * of workers but the ones that need it (overdue, retiring, excess). */
@@ -892,6 +944,7 @@ static void maintain(struct fiber_pool *p, int force)
         return;
     }
     autoscale(p, now);
+    retire_near_limit(p, now);
     trim(p);
     int missing = p->target - live_workers(p);
     int work_left = p->queued + RETRIES(p) > 0 || !p->closed;

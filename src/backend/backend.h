@@ -73,6 +73,11 @@ struct fb_job {
     char engine_id[64];   /* the engine's name for the job (a container id,
                              a Slurm job id "1234_7"), for messages; "" when
                              it has none (yet) */
+    uint64_t end_by_ms;   /* when (fb_now_ms) the engine will end the job
+                             for its time limit, estimated early; 0 = no
+                             limit known.  A backend whose engine has time
+                             limits sets it from poll_job once the job
+                             runs (slurm: squeue's time left) */
     void *priv;           /* job_size bytes for the backend */
 };
 

@@ -57,6 +57,10 @@ struct fb_run_ops {
     /* What the engine ids of this backend's jobs name ("container",
      * "pod"), for fiber_job_info.engine_kind; NULL reads as "job". */
     const char *job_noun;
+    /* 1 when start honours fiber_run_opts.signal_s and .requeue (a
+     * warning signal before the master's time limit, a requeueable
+     * master); fiber_run_start refuses them elsewhere. */
+    int can_requeue;
 
     /* fiber_backend_check: one line saying what was found (engine,
      * version, reachable) into detail.  0 when usable. */

@@ -29,6 +29,10 @@ struct fb_config {
     int terminate_grace_ms;     /* >= 0 */
     uint32_t max_message_bytes; /* 1 KiB .. 1 GiB */
     int heartbeat_ms;           /* pool workers' heartbeat; 0 = off */
+    int time_limit_margin_ms;   /* replace a worker this long before its
+                                   job's time limit; 0 = automatic */
+    int resumed;                /* times the run was restarted (FIBER_RESUMED,
+                                   set by `fiber run --requeue`); 0 */
     char image[256];            /* container image; "" = none */
     char docker_socket[108];    /* the Docker engine's unix socket */
     char docker_network[64];    /* docker jobs' network mode; "host" */

@@ -313,6 +313,7 @@ FIBER_API void fiber_shutdown(void)
     fb_rt_unlock();
     if (!active)
         return;
+    fb_stop_shutdown(); /* a stop callback still running may use fiber */
     fb_rt_api()->shutdown(); /* the API layer's servers */
     fb_service_stop();
     fb_rt_lock();

@@ -205,6 +205,11 @@ void fb_rt_job_ended(struct fb_jobrec *j);     /* lock held */
 /* Computes this program's build id (hex) into out (>= 65 bytes). */
 int fb_build_id(char *out, size_t size);
 
+/* Ends the stop event (stop.c): waits for stop callbacks still running,
+ * stops the stop thread, gives SIGTERM and SIGUSR1 their default actions
+ * back.  Called first by fiber_shutdown(); lock NOT held. */
+void fb_stop_shutdown(void);
+
 /* The child role: never returns. */
 void fb_child_main(void) __attribute__((noreturn));
 

@@ -41,6 +41,12 @@ static const char run_help[] =
     "  -e, --env NAME=VALUE add to the master's environment (repeatable)\n"
     "  -d, --detach         start, print the run's name, and return; a local\n"
     "                       master's output goes to its log (fiber logs RUN)\n"
+    "      --signal S       slurm: SIGUSR1 to the master S seconds before its\n"
+    "                       time limit (its stop event: fiber_on_stop_requested)\n"
+    "      --requeue        slurm: requeue the master, same run name, when it\n"
+    "                       is pre-empted or scontrol-requeued, and after its\n"
+    "                       stop callbacks ran on the --signal warning; it\n"
+    "                       starts again with FIBER_RESUMED=<restarts>\n"
     "  -h, --help           show this help\n"
     "\n"
     "Exit status: PROGRAM's (128+N if signal N ended it); before it starts,\n"
@@ -82,7 +88,7 @@ struct run_args {
  * an exit code. */
 static int parse(int argc, char **argv, struct run_args *a)
 {
-    enum { OPT_CPU = 256, OPT_MEMORY, OPT_GPU };
+    enum { OPT_CPU = 256, OPT_MEMORY, OPT_GPU, OPT_SIGNAL, OPT_REQUEUE };
     static const struct option longs[] = {
         {"backend", required_argument, NULL, 'b'},
         {"image", required_argument, NULL, 'i'},
@@ -91,6 +97,8 @@ static int parse(int argc, char **argv, struct run_args *a)
         {"gpu", required_argument, NULL, OPT_GPU},
         {"env", required_argument, NULL, 'e'},
         {"detach", no_argument, NULL, 'd'},
+        {"signal", required_argument, NULL, OPT_SIGNAL},
+        {"requeue", no_argument, NULL, OPT_REQUEUE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     tool_getopt_reset();
@@ -122,6 +130,16 @@ static int parse(int argc, char **argv, struct run_args *a)
                 return tool_usage("run", "--env wants NAME=VALUE, not '%s'",
                                   optarg);
             a->env[a->n_env++] = optarg;
+            break;
+        case OPT_SIGNAL:
+            if (tool_parse_int(optarg, 1, 65535, &a->opts.signal_s) != 0)
+                return tool_usage("run", "--signal wants the seconds before "
+                                         "the time limit, 1 to 65535, not "
+                                         "'%s'",
+                                  optarg);
+            break;
+        case OPT_REQUEUE:
+            a->opts.requeue = 1;
             break;
         case OPT_CPU:
         case OPT_MEMORY:

@@ -475,6 +475,25 @@ TEST(bad_run_ids_and_backends_are_refused)
     o.cpu = -1;
     CHECK_ERR(fiber_run_start(&run, argv, &o), FIBER_EINVAL);
     CHECK_CONTAINS(fiber_last_error(), "cannot be negative");
+    /* A time-limit warning and a requeue are for Slurm masters. */
+    o.cpu = 0;
+    o.signal_s = 70000;
+    CHECK_ERR(fiber_run_start(&run, argv, &o), FIBER_EINVAL);
+    CHECK_CONTAINS(fiber_last_error(), "want 1 to 65535");
+    o.signal_s = 0;
+    o.requeue = 1;
+    CHECK_ERR(fiber_run_start(&run, argv, &o), FIBER_ENOTSUP);
+    CHECK_CONTAINS(fiber_last_error(), "the local backend has no time limit");
+    CHECK(run == NULL);
+    TOOL(&r, env, "run", "--signal", "0", "--", "/bin/true");
+    CHECK_EQ(r.code, 2);
+    CHECK_CONTAINS(r.err, "--signal wants the seconds before the time "
+                          "limit, 1 to 65535, not '0'");
+    TOOL(&r, env, "run", "--backend", "local", "--requeue", "--",
+         "/bin/true");
+    CHECK_EQ(r.code, 1);
+    CHECK_CONTAINS(r.err, "--signal and --requeue are for a master that is "
+                          "a Slurm batch job");
 }
 
 /* A master that holds an flock on master.lock (no socket: it listens on

@@ -240,8 +240,10 @@ int fb_slurm_master_args(const struct fb_run_start *s, const char *sbatch,
         rc = fb_slurm_args_add(a, "--chdir=%s", cwd);
     if (rc == 0)
         rc = fb_slurm_args_add(a, "--ntasks=1");
-    if (rc == 0)
-        rc = fb_slurm_args_add(a, "--no-requeue");
+    if (rc == 0) /* requeueable only when asked (fiber run --requeue) */
+        rc = fb_slurm_args_add(a, o->requeue ? "--requeue" : "--no-requeue");
+    if (rc == 0 && o->signal_s > 0) /* B: the batch shell, see the script */
+        rc = fb_slurm_args_add(a, "--signal=B:USR1@%d", o->signal_s);
     if (rc == 0 && o->cpu > 0)
         rc = fb_slurm_args_add(a, "--cpus-per-task=%d", o->cpu);
     if (rc == 0 && o->memory_mb > 0)
@@ -292,9 +294,49 @@ static int program_path(const char *arg0, char *out, size_t size)
     return 0;
 }
 
-/* The batch script: the run's variables, then the program. */
+/* The end of a requeueable master's script (fiber run --requeue), which
+ * runs the program as its child instead of exec'ing it:
+ *
+ *   - FIBER_RESUMED counts the restarts (fiber_resumed), and
+ *     FIBER_BOOT_REQUEUE=1 makes the master end with FIBER_EXIT_REQUEUE
+ *     (75) once its stop callbacks have returned;
+ *   - SIGUSR1 (sbatch --signal=B:USR1@N, sent to this shell alone) is
+ *     passed on to the program, whose stop event it fires;
+ *   - SIGTERM is not passed on: Slurm's time limit, pre-emption, scancel
+ *     and scontrol requeue send it to every process of the job, the
+ *     program included, and a second SIGTERM would end it before its
+ *     callbacks ran; the shell only survives it;
+ *   - when the program ends with 75 after a SIGUSR1, the shell requeues
+ *     the job (`scontrol requeue`): Slurm ends it and starts it again,
+ *     same name, same run id, with SLURM_RESTART_COUNT one higher.  After
+ *     a SIGTERM alone it does not: pre-emption and scontrol requeue
+ *     requeue the job themselves, and a scancel must stay a cancel. */
+static const char requeue_tail[] =
+    "export FIBER_RESUMED=\"${SLURM_RESTART_COUNT:-0}\" FIBER_BOOT_REQUEUE=1\n"
+    "warned=0\n"
+    "trap 'warned=1; kill -USR1 \"$pid\" 2>/dev/null' USR1\n"
+    "trap ':' TERM\n"
+    "\"$@\" &\n"
+    "pid=$!\n"
+    "while :; do\n"
+    "    wait \"$pid\"; status=$?\n"
+    "    kill -0 \"$pid\" 2>/dev/null || break\n"
+    "done\n"
+    "if [ \"$status\" -gt 128 ]; then\n"
+    "    wait \"$pid\" 2>/dev/null; s=$?\n"
+    "    [ \"$s\" -ne 127 ] && status=$s\n"
+    "fi\n"
+    "if [ \"$status\" -eq 75 ] && [ \"$warned\" = 1 ]; then\n"
+    "    echo \"fiber: the master ended to be requeued; scontrol requeue "
+    "$SLURM_JOB_ID\" >&2\n"
+    "    \"$FIBER_SCONTROL\" requeue \"$SLURM_JOB_ID\"\n"
+    "fi\n"
+    "exit \"$status\"\n";
+
+/* The batch script: the run's variables, then the program (exec'd, or,
+ * for a requeueable master, run by requeue_tail). */
 static int write_script(const struct fb_run_start *s, const char *program,
-                        const char *path)
+                        const char *scontrol, const char *path)
 {
     fiber_buf b = {0};
     char head[200];
@@ -310,8 +352,16 @@ static int write_script(const struct fb_run_start *s, const char *program,
         if (rc == 0)
             rc = fiber_buf_append(&b, "\n", 1);
     }
-    if (rc == 0)
+    int requeue = s->opts->requeue;
+    if (rc == 0 && requeue) {
+        rc = fiber_buf_append(&b, "FIBER_SCONTROL=", 15);
+        if (rc == 0)
+            rc = fb_slurm_shell_quote(&b, scontrol);
+        if (rc == 0)
+            rc = fiber_buf_append(&b, "\nset -- ", 8);
+    } else if (rc == 0) {
         rc = fiber_buf_append(&b, "exec ", 5);
+    }
     if (rc == 0)
         rc = fb_slurm_shell_quote(&b, program);
     for (size_t i = 1; rc == 0 && s->argv[i]; i++) {
@@ -321,6 +371,8 @@ static int write_script(const struct fb_run_start *s, const char *program,
     }
     if (rc == 0)
         rc = fiber_buf_append(&b, "\n", 1);
+    if (rc == 0 && requeue)
+        rc = fiber_buf_append(&b, requeue_tail, sizeof requeue_tail - 1);
     if (rc) {
         fiber_buf_free(&b);
         return fb_err(FIBER_ENOMEM, "out of memory");
@@ -396,7 +448,7 @@ static int slurm_start(const struct fb_run_start *s, struct fiber_run *r)
         rc = fb_private_dir(dir);
     if (rc == 0)
         snprintf(script, sizeof script, "%s/%s", dir, MASTER_SCRIPT);
-    int wrote = rc == 0 && (rc = write_script(s, program, script)) == 0;
+    int wrote = rc == 0 && (rc = write_script(s, program, p->scontrol, script)) == 0;
     struct fb_slurm_args a = {0};
     if (rc == 0)
         rc = fb_slurm_master_args(s, sbatch, dir, cwd, script, &a);
@@ -1400,6 +1452,7 @@ static int slurm_clean(const fiber_run_info *r, int named, fiber_buf *rep)
 
 const struct fb_run_ops fb_run_ops_slurm = {
     .name = "slurm",
+    .can_requeue = 1,
     .describe = fb_slurm_describe,
     .start = slurm_start,
     .follow = slurm_follow,

@@ -82,6 +82,8 @@ struct sjob {
     uint64_t noted_pending_ms;
     int killed;               /* signal_job(force) was asked */
     int running;              /* squeue last said RUNNING (thread) */
+    uint64_t end_by_ms;       /* its time limit, as squeue's time left
+                                 says (thread); 0: none known */
     int ended;                /* set by the thread (or a failed submit) */
     int status;
     /* Until submitted (batches): the script branch and sbatch options. */
@@ -213,6 +215,57 @@ int fb_slurm_parse_job(const char *line, char *state, size_t size,
         *status = 255; /* FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY... */
     else
         *status = exit_code;
+    return 1;
+}
+
+static int duration_number(const char **p, long long *v)
+{
+    if (**p < '0' || **p > '9')
+        return -1;
+    long long n = 0;
+    while (**p >= '0' && **p <= '9') {
+        n = n * 10 + (**p - '0');
+        if (n > 100000000)
+            return -1;
+        (*p)++;
+    }
+    *v = n;
+    return 0;
+}
+
+int fb_slurm_parse_duration(const char *text, long long *seconds)
+{
+    size_t len = strcspn(text, " \n");
+    static const char *const none[] = {"UNLIMITED", "INFINITE", "NOT_SET",
+                                       "INVALID"};
+    for (size_t i = 0; i < FB_ARRAY_LEN(none); i++)
+        if (len == strlen(none[i]) && strncmp(text, none[i], len) == 0)
+            return 0;
+    const char *p = text, *end = text + len;
+    long long days = 0, f[3];
+    int n = 0, has_days = memchr(text, '-', len) != NULL;
+    if (has_days && (duration_number(&p, &days) != 0 || *p++ != '-'))
+        return -1;
+    while (n < 3 && p < end) {
+        if (duration_number(&p, &f[n++]) != 0)
+            return -1;
+        if (p < end && *p++ != ':')
+            return -1;
+        if (p == end && p[-1] == ':')
+            return -1;
+    }
+    if (p != end || n == 0)
+        return -1;
+    long long s;
+    if (has_days) /* D-H, D-H:M, D-H:M:S */
+        s = f[0] * 3600 + (n > 1 ? f[1] * 60 : 0) + (n > 2 ? f[2] : 0);
+    else if (n == 1) /* M */
+        s = f[0] * 60;
+    else if (n == 2) /* M:S */
+        s = f[0] * 60 + f[1];
+    else /* H:M:S */
+        s = f[0] * 3600 + f[1] * 60 + f[2];
+    *seconds = days * 86400 + s;
     return 1;
 }
 
@@ -398,7 +451,7 @@ static void query_queue(struct slurm_state *s)
     snprintf(name, sizeof name, "--name=%s", s->job_name);
     char user[48];
     snprintf(user, sizeof user, "--user=%s", s->user);
-    char *argv[] = {s->squeue, "-h", "-r", name, user, "-o", "%i %T %r",
+    char *argv[] = {s->squeue, "-h", "-r", name, user, "-o", "%i %T %L %r",
                     NULL};
     uint64_t asked = fb_now_ms();
     fiber_buf out = {0}, err = {0};
@@ -423,6 +476,16 @@ static void query_queue(struct slurm_state *s)
             continue;
         const char *rest = queue_line(&out, j->id);
         j->running = rest && strncmp(rest, "RUNNING", 7) == 0;
+        /* "<state> <time left> <reason>": a running job's time left
+         * counts from when squeue answered, after `asked`; a second off
+         * for its rounding keeps the estimate early. */
+        const char *left = rest ? strchr(rest, ' ') : NULL;
+        long long secs = 0;
+        if (j->running && left &&
+            fb_slurm_parse_duration(left + 1, &secs) == 1)
+            j->end_by_ms = asked + (uint64_t)secs * 1000u -
+                           (secs > 0 ? 1000u : 0u);
+        const char *reason = left ? strchr(left + 1, ' ') : NULL;
         if (!rest) {
             if (n_gone < FB_ARRAY_LEN(gone))
                 fb_strlcpy(gone[n_gone++], j->id, sizeof gone[0]);
@@ -430,9 +493,9 @@ static void query_queue(struct slurm_state *s)
                    now - j->submitted_ms > PENDING_NOTE_MS &&
                    !j->noted_pending_ms) {
             j->noted_pending_ms = now;
+            reason = reason ? reason + 1 : "unknown";
             fb_log_info("slurm: job %s '%s' is still pending (reason %.*s)",
-                        j->id, j->name, (int)strcspn(rest + 8, "\n"),
-                        rest + 8);
+                        j->id, j->name, (int)strcspn(reason, "\n"), reason);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -1142,6 +1205,7 @@ static int slurm_poll_job(struct fb_backend *be, struct fb_job *job)
         job->state = FB_JOB_EXITED;
         job->exit_status = j->status;
     }
+    job->end_by_ms = j->end_by_ms;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }

@@ -41,6 +41,13 @@ void fb_slurm_last_line(const fiber_buf *b, char *out, size_t size);
 int fb_slurm_parse_job(const char *line, char *state, size_t size,
                        int *status);
 
+/* Parses a Slurm duration, as sbatch --time takes it and squeue's %L
+ * prints it: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S" (a word up to
+ * a space or the end).  Returns 1 with the seconds in *seconds, 0 for
+ * none ("UNLIMITED", "INFINITE", "NOT_SET", "INVALID"), -1 when text is
+ * no duration. */
+int fb_slurm_parse_duration(const char *text, long long *seconds);
+
 /* For `fiber doctor`: whether Slurm's tools are here and its controller
  * answers, with the partitions and their nodes' states in detail.
  * Returns 0, FIBER_ENOTSUP (no tools) or FIBER_EUNREACHABLE, with detail

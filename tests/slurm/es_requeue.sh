@@ -1,0 +1,105 @@
+#!/bin/sh
+# es_requeue.sh CASE -- the ES example as a Slurm master that the
+# cluster stops and requeues, on the cluster scripts/slurm-local.sh runs
+# on this host (run through tests/slurm/run.sh, which skips without it).
+# ES_REQUEUE_TOOL and ES_BIN name the fiber command and the es program.
+#
+#   time_limit: `fiber run --backend slurm --signal 45 --requeue` with a
+#     1-minute time limit (slurm_time_limit = 1, the workers' too) for a
+#     training longer than two such minutes: each warning (SIGUSR1, 45 s
+#     before the limit) runs the stop callback, which saves; the master
+#     ends with status 75 and its batch script requeues it; it resumes
+#     from its checkpoint (FIBER_RESUMED), at least twice;
+#   scontrol_requeue: `fiber run --backend slurm --requeue`, and
+#     `scontrol requeue` of the master mid-run (SIGTERM: the callback
+#     saves), which Slurm itself requeues.
+# Both must end with the final checkpoint of an uninterrupted run of the
+# same seed (run on the local backend: a run is a function of its seed
+# and iteration, on any backend and number of workers), byte for byte.
+#
+# Slurm holds a requeued job for about two minutes (Reason=BeginTime)
+# before it may start again; to keep the case short this script moves
+# that start time to now (`scontrol update StartTime=now`) once it sees
+# the hold.  Nothing else about the job is touched.
+set -eu
+FIBER=$ES_REQUEUE_TOOL ES=$ES_BIN CASE=$1
+unset ES_REQUEUE_TOOL
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fiber-es-requeue.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+unset FIBER_RESUMED SLURM_RESTART_COUNT 2>/dev/null || true
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+case $CASE in
+time_limit) N=${N:-5000} ;;
+scontrol_requeue) N=${N:-2500} ;;
+*) echo "usage: $0 time_limit|scontrol_requeue" >&2; exit 2 ;;
+esac
+common="--env cartpole --target 1e9 --workers 2 --seed 11 --iters $N"
+
+# The reference: uninterrupted, on the local backend.
+status=0
+FIBER_BACKEND=local "$ES" $common --checkpoint "$dir/ref.ckpt" \
+    >"$dir/ref.out" 2>&1 || status=$?
+[ $status -eq 1 ] && grep -q "after $N iterations" "$dir/ref.out" ||
+    fail "reference run: status $status: $(tail -3 "$dir/ref.out")"
+
+if [ "$CASE" = time_limit ]; then
+    export FIBER_SLURM_TIME_LIMIT=1
+    flags="--signal 45 --requeue"
+else
+    flags="--requeue"
+fi
+"$FIBER" run --backend slurm $flags --detach -- \
+    "$ES" $common --checkpoint "$dir/run.ckpt" >"$dir/run.txt" 2>&1 ||
+    fail "fiber run: $(cat "$dir/run.txt")"
+run=$(grep -o 'fiber-[0-9a-f]\{8\}' "$dir/run.txt" | head -1)
+[ -n "$run" ] || fail "no run name in: $(cat "$dir/run.txt")"
+id=$(squeue -h --name="$run-master" -o %i | head -1)
+[ -n "$id" ] || fail "no master job for $run"
+echo "run $run, master job $id"
+
+field() { scontrol -o show job "$id" 2>/dev/null | tr ' ' '\n' |
+          sed -n "s/^$1=//p" | head -1; }
+out=$(field StdOut)
+requeued_by_us=0
+t0=$(date +%s)
+while :; do
+    state=$(field JobState) reason=$(field Reason)
+    case $state in
+    COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY)
+        break ;;
+    PENDING)
+        if [ "$reason" = BeginTime ]; then
+            scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
+        fi ;;
+    RUNNING)
+        if [ "$CASE" = scontrol_requeue ] && [ $requeued_by_us -eq 0 ] &&
+           grep -q '^iter  *[0-9]*[05]00 ' "$out" 2>/dev/null; then
+            scontrol requeue "$id" || fail "scontrol requeue $id"
+            requeued_by_us=1
+            echo "scontrol requeue $id at $(grep '^iter' "$out" | tail -1 | cut -c1-10)"
+        fi ;;
+    esac
+    [ $(($(date +%s) - t0)) -lt 1200 ] || fail "the run did not end in 20 minutes"
+    sleep 1
+done
+restarts=$(field Restarts) code=$(field ExitCode)
+err=$(field StdErr)
+cat "$out" "$err" >"$dir/all.txt" 2>/dev/null || true
+echo "master job $id: $state, exit code $code, restarts $restarts, $(($(date +%s) - t0)) s"
+grep -E '^(resumed|stopped|not solved)|stop requested|requeue' "$dir/all.txt" || true
+[ "$code" = "1:0" ] || fail "the last master ended with $code, not 1 (iterations done): $(tail -5 "$out")"
+if [ "$CASE" = time_limit ]; then
+    [ "$restarts" -ge 2 ] || fail "requeued $restarts times, want 2 or more"
+    [ "$(grep -c 'es: stop requested (signal 10): saved iteration' "$dir/all.txt")" -ge 2 ] ||
+        fail "the warnings did not reach the stop callback: $(tail -5 "$out")"
+else
+    [ "$restarts" -eq 1 ] || fail "requeued $restarts times, want 1"
+    grep -q 'es: stop requested (signal 15): saved iteration' "$dir/all.txt" ||
+        fail "scontrol requeue did not reach the stop callback: $(tail -5 "$out")"
+fi
+[ "$(grep -c '^resumed cartpole from' "$out")" -eq "$restarts" ] ||
+    fail "not every restart resumed from the checkpoint"
+grep -q "after $N iterations" "$out" || fail "the last master did not finish"
+cmp "$dir/ref.ckpt" "$dir/run.ckpt" || fail "the requeued run's final checkpoint differs"
+echo "requeued $restarts times; final checkpoint identical to the uninterrupted run's"
