@@ -28,20 +28,28 @@
  * the running one. */
 static void drop_shadowed_logs(fiber_run_info *r)
 {
+    /* First decide for every job, against the list as it is; then free
+     * and compact (freeing while comparing would compare freed names). */
+    unsigned char *drop = r->n_jobs ? calloc(r->n_jobs, 1) : NULL;
+    if (!drop)
+        return; /* nothing to drop, or no memory: keep the duplicates */
+    for (size_t i = 0; i < r->n_jobs; i++) {
+        const fiber_job_info *j = &r->jobs[i];
+        if (strcmp(j->state, "ended") != 0)
+            continue;
+        for (size_t m = 0; m < r->n_jobs && !drop[i]; m++)
+            drop[i] = m != i && strcmp(r->jobs[m].name, j->name) == 0 &&
+                      strcmp(r->jobs[m].state, "ended") != 0;
+    }
     size_t k = 0;
     for (size_t i = 0; i < r->n_jobs; i++) {
-        fiber_job_info *j = &r->jobs[i];
-        int shadowed = 0;
-        if (strcmp(j->state, "ended") == 0)
-            for (size_t m = 0; m < r->n_jobs && !shadowed; m++)
-                shadowed = m != i && strcmp(r->jobs[m].name, j->name) == 0 &&
-                           strcmp(r->jobs[m].state, "ended") != 0;
-        if (shadowed)
-            fb_runs_free_job(j);
+        if (drop[i])
+            fb_runs_free_job(&r->jobs[i]);
         else
-            r->jobs[k++] = *j;
+            r->jobs[k++] = r->jobs[i];
     }
     r->n_jobs = k;
+    free(drop);
 }
 
 static int job_cmp(const void *a, const void *b)
