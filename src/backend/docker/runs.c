@@ -478,16 +478,8 @@ struct follow_state {
 
 static int write_all(int fd, const void *data, size_t len)
 {
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return fb_err_errno(FIBER_ESYS, "writing the run's output");
-        p += n;
-        len -= (size_t)n;
-    }
+    if (fb_write_all(fd, data, len) != 0)
+        return fb_err_errno(FIBER_ESYS, "writing the run's output");
     return 0;
 }
 
