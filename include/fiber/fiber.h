@@ -1565,6 +1565,11 @@ FIBER_API int fiber_image_remove(const char *image);
 FIBER_API int fiber_backend_check(const char *backend, char *detail,
                                   size_t size);
 
+/* Returns 1 if this build of fiber has a backend named backend, else 0
+ * with fiber_last_error() naming the backends it has.  Asks no engine
+ * (fiber_backend_check does). */
+FIBER_API int fiber_backend_known(const char *backend);
+
 /* One job of a run, as fiber_runs_list() found it.  The strings are
  * never NULL, may be of any length, and belong to the list (freed by
  * fiber_run_list_free()). */
@@ -1746,6 +1751,13 @@ typedef struct fiber_run_opts {
                                 warning it ends (FIBER_EXIT_REQUEUE) and
                                 requeues itself; a restarted master has
                                 FIBER_RESUMED=<restarts> (fiber_resumed) */
+    fiber_progress_fn progress; /* NULL: quiet; else called with a line per
+                                stage of what the backend must do before
+                                the master can start (docker: building
+                                the program's default image when the
+                                daemon lacks it), from the caller's
+                                thread */
+    void *progress_ud;       /* handed to progress */
 } fiber_run_opts;
 
 typedef struct fiber_run fiber_run;
@@ -1790,6 +1802,12 @@ FIBER_API const char *fiber_run_name(const fiber_run *r);
 
 /* The master's process id (local), or -1. */
 FIBER_API long fiber_run_pid(const fiber_run *r);
+
+/* Where the master runs, in words, for messages: "pid 1234" (local),
+ * "container 7a38d68a83be" (docker, the short id), "pod
+ * fiber-3f9a1c2e-master" (kubernetes), "Slurm job 812" (slurm); "" for an
+ * invalid handle.  Lives as long as the handle. */
+FIBER_API const char *fiber_run_where(const fiber_run *r);
 
 /* The master's container id (docker), its pod's name (kubernetes), its
  * Slurm job id (slurm), or "". */

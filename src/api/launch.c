@@ -41,6 +41,22 @@ FIBER_API const char *fiber_run_container(const fiber_run *r)
     return valid(r) ? r->engine_id : "";
 }
 
+FIBER_API const char *fiber_run_where(const fiber_run *rc)
+{
+    if (!valid(rc))
+        return "";
+    fiber_run *r = (fiber_run *)rc; /* fills its own text buffer */
+    const char *noun = r->ops && r->ops->job_noun ? r->ops->job_noun : "job";
+    if (r->engine_id[0])
+        snprintf(r->where, sizeof r->where, "%s %.*s", noun,
+                 strcmp(noun, "container") == 0 ? 12 : 256, r->engine_id);
+    else if (r->pid > 0)
+        snprintf(r->where, sizeof r->where, "pid %ld", r->pid);
+    else
+        snprintf(r->where, sizeof r->where, "%s (not known yet)", noun);
+    return r->where;
+}
+
 FIBER_API void fiber_run_free(fiber_run *r)
 {
     if (!valid(r))

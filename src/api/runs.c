@@ -342,6 +342,14 @@ FIBER_API int fiber_run_clean(const char *run, fiber_buf *rep)
  * Backends
  * ====================================================================== */
 
+FIBER_API int fiber_backend_known(const char *backend)
+{
+    if (!backend)
+        return fb_err(FIBER_EINVAL, "fiber_backend_known: backend is NULL"),
+               0;
+    return fb_run_ops_find(backend) != NULL;
+}
+
 FIBER_API int fiber_backend_check(const char *backend, char *detail,
                                   size_t size)
 {

@@ -49,6 +49,7 @@ struct fiber_run {
                                         id; "" when none */
     char dir[PATH_MAX];              /* local run directory, or "" */
     int detached, reaped, exit_code; /* local bookkeeping */
+    char where[300];                 /* fiber_run_where()'s text */
     void *priv;                      /* the backend's; freed by release */
 };
 

@@ -109,16 +109,15 @@ static int parse(int argc, char **argv, struct run_args *a)
         case 'h':
             fputs(run_help, stdout);
             return TOOL_OK;
-        case 'b':
-            if (strcmp(optarg, "local") && strcmp(optarg, "docker") &&
-                strcmp(optarg, "kubernetes") && strcmp(optarg, "slurm"))
-                return tool_usage("run", "backend '%s': fiber run starts "
-                                         "runs on local, docker, slurm "
-                                         "or kubernetes",
-                                  optarg);
+        case 'b': {
+            /* The library knows the backends (its registry): an unknown
+             * name is a usage error naming them. */
+            if (!fiber_backend_known(optarg))
+                return tool_usage("run", "%s", fiber_last_error());
             snprintf(a->backend, sizeof a->backend, "%s", optarg);
             a->opts.backend = a->backend;
             break;
+        }
         case 'i':
             a->opts.image = optarg;
             break;
@@ -168,47 +167,28 @@ static int parse(int argc, char **argv, struct run_args *a)
     return -1;
 }
 
-/* docker without --image: the program's default tag, built if missing,
- * saying so (a first build takes a few seconds). */
-static int ensure_image(const char *program, char *tag, size_t size)
+/* What the backend reports while it prepares the master (a first image
+ * build takes a few seconds). */
+static void say_progress(void *ud, const char *line)
 {
-    int rc = fiber_image_default_tag(program, tag, size);
-    if (rc)
-        return tool_fail(rc, "run");
-    fiber_image_info info;
-    rc = fiber_image_inspect(tag, &info);
-    if (rc == 0)
-        return TOOL_OK;
-    if (rc != FIBER_ENOKEY)
-        return tool_fail(rc, "run");
-    tool_say("building image %s from %s", tag, program);
-    fiber_buf id = {0};
-    rc = fiber_image_build(program, tag, &id);
-    fiber_buf_free(&id);
-    if (rc)
-        return tool_fail(rc, "run: building the image");
-    if (fiber_image_inspect(tag, &info) == 0) {
-        char text[32];
-        tool_format_size(info.size_bytes, text, sizeof text);
-        tool_say("built image %s (%s)", tag, text);
-    }
-    return TOOL_OK;
+    (void)ud;
+    tool_say("run: %s", line);
 }
 
 static int exit_status_of(const char *run, const char *program, int code,
-                          int docker)
+                          int elsewhere)
 {
     if (code < 0) {
         tool_say("run %s: the master was killed by signal %d (%s)", run,
                  -code, strsignal(-code));
         return 128 - code;
     }
-    if (docker && code == 127)
+    if (elsewhere && code == 127)
         tool_say("run %s: the master could not be started (status 127): "
-                 "does the image hold %s at that path? fiber image build "
-                 "makes one that does",
+                 "is %s at that path where it runs (in an image: fiber "
+                 "image build makes one that holds it)?",
                  run, program);
-    else if (docker && code > 128 && code < 128 + 65)
+    else if (elsewhere && code > 128 && code < 128 + 65)
         tool_say("run %s: the master was killed by signal %d (%s)", run,
                  code - 128, strsignal(code - 128));
     else if (code != 0)
@@ -227,53 +207,33 @@ int cmd_run(int argc, char **argv)
         free(a.env);
         return rc;
     }
-    char backend[32];
-    if (a.opts.backend) {
-        snprintf(backend, sizeof backend, "%s", a.opts.backend);
-    } else if ((rc = fiber_config_get("backend", backend, sizeof backend))) {
-        free(a.env);
-        return tool_fail(rc, "run");
-    }
-    int docker = strcmp(backend, "docker") == 0;
-    int k8s = strcmp(backend, "kubernetes") == 0;
-    int slurm = strcmp(backend, "slurm") == 0;
-    char tag[320];
-    if (docker && !a.opts.image) {
-        if ((rc = ensure_image(argv[optind], tag, sizeof tag)) != TOOL_OK) {
-            free(a.env);
-            return rc;
-        }
-        a.opts.image = tag;
-    }
+    a.opts.progress = say_progress;
     fiber_run *run = NULL;
     rc = fiber_run_start(&run, (const char *const *)argv + optind, &a.opts);
     free(a.env);
     if (rc)
         return tool_fail(rc, "run");
     const char *name = fiber_run_name(run);
+    /* A master on this host is our child, with our streams; one elsewhere
+     * (a container, a pod, a batch job) is followed. */
+    int here = fiber_run_pid(run) > 0;
+    const char *where = fiber_run_where(run);
     if (a.opts.detach) {
         printf("%s\n", name);
-        if (docker)
-            tool_say("run %s: master in container %.12s; fiber logs %s "
-                     "shows its output",
-                     name, fiber_run_container(run), name);
-        else if (k8s)
-            tool_say("run %s: master in pod %s", name,
-                     fiber_run_container(run));
-        else if (slurm)
-            tool_say("run %s: master is Slurm job %s; fiber logs %s shows "
-                     "its output",
-                     name, fiber_run_container(run), name);
-        else
-            tool_say("run %s: master pid %ld; fiber logs %s shows its "
-                     "output",
-                     name, fiber_run_pid(run), name);
+        tool_say("run %s: master %s%s; fiber logs %s shows its output", name,
+                 here ? "" : "in ", where, name);
         fiber_run_free(run);
         return TOOL_OK;
     }
     int code = 0;
-    if (k8s) {
-        tool_say("run %s: master in pod %s", name, fiber_run_container(run));
+    if (here) {
+        tool_say("run %s: master %s", name, where);
+        watch_signals(fiber_run_pid(run));
+        rc = fiber_run_wait(run, -1, &code);
+    } else {
+        tool_say("run %s: master in %s (^C stops following; fiber kill %s "
+                 "stops the run)",
+                 name, where, name);
         fflush(stdout);
         /* A cluster whose nodes do not serve logs still runs the master:
          * say so and wait for it. */
@@ -282,30 +242,9 @@ int cmd_run(int argc, char **argv)
             tool_say("run %s: cannot follow the master's output: %s", name,
                      fiber_last_error());
         rc = fiber_run_wait(run, -1, &code);
-    } else if (slurm) {
-        tool_say("run %s: master is Slurm job %s (^C stops following; "
-                 "fiber kill %s stops the run)",
-                 name, fiber_run_container(run), name);
-        fflush(stdout);
-        rc = fiber_run_follow(run, STDOUT_FILENO, STDERR_FILENO);
-        if (rc == 0)
-            rc = fiber_run_wait(run, -1, &code);
-    } else if (docker) {
-        tool_say("run %s: master in container %.12s (^C stops following; "
-                 "fiber kill %s stops the run)",
-                 name, fiber_run_container(run), name);
-        fflush(stdout);
-        rc = fiber_run_follow(run, STDOUT_FILENO, STDERR_FILENO);
-        if (rc == 0)
-            rc = fiber_run_wait(run, -1, &code);
-    } else {
-        tool_say("run %s: master pid %ld", name, fiber_run_pid(run));
-        watch_signals(fiber_run_pid(run));
-        rc = fiber_run_wait(run, -1, &code);
     }
     int status = rc ? tool_fail(rc, "run")
-                    : exit_status_of(name, argv[optind], code,
-                                     docker || k8s);
+                    : exit_status_of(name, argv[optind], code, !here);
     fiber_run_free(run);
     return status;
 }

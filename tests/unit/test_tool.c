@@ -464,6 +464,17 @@ TEST(bad_run_ids_and_backends_are_refused)
               FIBER_EINVAL);
     CHECK_CONTAINS(detail, "known: local, docker, slurm, kubernetes");
     CHECK_CONTAINS(fiber_last_error(), "unknown backend 'nosuch'");
+    /* The registry answers without asking any engine. */
+    CHECK_EQ(fiber_backend_known("nosuch"), 0);
+    CHECK_CONTAINS(fiber_last_error(), "unknown backend 'nosuch'; known: "
+                                       "local, docker, slurm, kubernetes");
+    CHECK_EQ(fiber_backend_known(NULL), 0);
+    CHECK_EQ(fiber_backend_known("slurm"), 1);
+    CHECK_EQ(fiber_backend_known("local"), 1);
+    CHECK_STR(fiber_run_where(NULL), "");
+    TOOL(&r, env, "run", "--backend", "nosuch", "--", "/bin/true");
+    CHECK_EQ(r.code, 2);
+    CHECK_CONTAINS(r.err, "unknown backend 'nosuch'; known: local");
     fiber_run *run = NULL;
     const char *argv[] = {"/bin/true", NULL};
     fiber_run_opts o = {.backend = "nosuch"};
@@ -494,6 +505,17 @@ TEST(bad_run_ids_and_backends_are_refused)
     CHECK_EQ(r.code, 1);
     CHECK_CONTAINS(r.err, "--signal and --requeue are for a master that is "
                           "a Slurm batch job");
+    /* fiber_run_where names a local master by its pid. */
+    fiber_run_opts here = {.backend = "local"};
+    CHECK_OK(fiber_run_start(&run, argv, &here));
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld", fiber_run_pid(run));
+    CHECK(fiber_run_pid(run) > 0);
+    CHECK_STR(fiber_run_where(run), want);
+    int code = -1;
+    CHECK_OK(fiber_run_wait(run, 10000, &code));
+    CHECK_EQ(code, 0);
+    fiber_run_free(run);
 }
 
 /* A master that holds an flock on master.lock (no socket: it listens on

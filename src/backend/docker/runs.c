@@ -304,11 +304,11 @@ static int docker_clean(const fiber_run_info *r, int named, fiber_buf *rep)
 
 /* The image to run: the caller's, or the program's default tag, built
  * when the daemon does not have it yet. */
-static int choose_image(const char *program, const char *given, char *out,
-                        size_t size)
+static int choose_image(const char *program, const fiber_run_opts *o,
+                        char *out, size_t size)
 {
-    if (given) {
-        fb_strlcpy(out, given, size);
+    if (o->image) {
+        fb_strlcpy(out, o->image, size);
         return 0;
     }
     int rc = fiber_image_default_tag(program, out, size);
@@ -316,8 +316,17 @@ static int choose_image(const char *program, const char *given, char *out,
     if (rc == 0)
         rc = fiber_image_inspect(out, &info);
     if (rc == FIBER_ENOKEY) {
+        char line[600];
+        if (o->progress) {
+            snprintf(line, sizeof line, "building image %s from %s (the "
+                     "daemon does not have it yet)", out, program);
+            o->progress(o->progress_ud, line);
+        }
+        fiber_image_build_opts b = {.tag = out,
+                                    .progress = o->progress,
+                                    .progress_ud = o->progress_ud};
         fiber_buf id = {0};
-        rc = fiber_image_build(program, out, &id);
+        rc = fiber_image_build_with(program, &b, &id);
         fiber_buf_free(&id);
     }
     return rc;
@@ -433,7 +442,7 @@ static int docker_start(const struct fb_run_start *s, struct fiber_run *r)
 {
     char image[320], program[PATH_MAX], base[PATH_MAX], var[340];
     fiber_image_info img;
-    int rc = choose_image(s->argv[0], s->opts->image, image, sizeof image);
+    int rc = choose_image(s->argv[0], s->opts, image, sizeof image);
     if (rc == 0)
         rc = fiber_image_inspect(image, &img);
     if (rc == 0)
@@ -469,16 +478,8 @@ struct follow_state {
 
 static int write_all(int fd, const void *data, size_t len)
 {
-    const char *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return fb_err_errno(FIBER_ESYS, "writing the run's output");
-        p += n;
-        len -= (size_t)n;
-    }
+    if (fb_write_all(fd, data, len) != 0)
+        return fb_err_errno(FIBER_ESYS, "writing the run's output");
     return 0;
 }
 

@@ -515,26 +515,6 @@ static int local_list(fiber_run_list *l, const char *only)
  * logs
  * ====================================================================== */
 
-static int append_file(fiber_buf *out, const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fb_err_errno(FIBER_ESYS, "cannot read %s", path);
-    char chunk[65536];
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = read(fd, chunk, sizeof chunk)) != 0) {
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            rc = fb_err_errno(FIBER_ESYS, "cannot read %s", path);
-        else if (fiber_buf_append(out, chunk, (size_t)n))
-            rc = fb_err(FIBER_ENOMEM, "out of memory");
-    }
-    close(fd);
-    return rc;
-}
-
 static int name_cmp(const void *a, const void *b)
 {
     return strverscmp(*(char *const *)a, *(char *const *)b);
@@ -594,7 +574,7 @@ static int local_logs(const fiber_run_info *r, const char *job, int headings,
         if (rc == 0 && headings)
             rc = fb_runs_heading(out, names[i]);
         if (rc == 0)
-            rc = append_file(out, path);
+            rc = fb_buf_append_file(out, path);
         free(names[i]);
     }
     free(names);

@@ -1452,6 +1452,7 @@ static int slurm_clean(const fiber_run_info *r, int named, fiber_buf *rep)
 
 const struct fb_run_ops fb_run_ops_slurm = {
     .name = "slurm",
+    .job_noun = "Slurm job",
     .can_requeue = 1,
     .describe = fb_slurm_describe,
     .start = slurm_start,
