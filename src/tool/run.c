@@ -220,7 +220,7 @@ int cmd_run(int argc, char **argv)
     const char *where = fiber_run_where(run);
     if (a.opts.detach) {
         printf("%s\n", name);
-        tool_say("run %s: master %s%s; fiber logs %s shows its output", name,
+        tool_say("run %s: master %s%s (fiber logs %s shows its output)", name,
                  here ? "" : "in ", where, name);
         fiber_run_free(run);
         return TOOL_OK;
