@@ -47,6 +47,9 @@ SKIP = [
      "program built here (make test runs it; the extension's C is the "
      "library's, which the other cases check)"),
     (r"^es\.cartpole$|^soak\.", "trains or soaks for minutes natively"),
+    (r"^es\.stop_resume$", "a shell script that runs the ES example four "
+     "times with mktemp and cmp (which valgrind would check too, and whose "
+     "own leaks it reports); es.selftest runs the ES code under valgrind"),
     (r"^docs\.|^scripts\.", "checks the docs and the scripts: runs python, "
      "the C compiler and sh (docs.config_keys's one fiber call, "
      "fiber_config_get, is covered by test_config)"),
