@@ -150,6 +150,30 @@ th_skip(int engine, const char *fmt, ...)
 
 #define CHECK_OK(expr) CHECK_ERR(expr, 0)
 
+/* Reads f to its end into a NUL-terminated buffer the caller frees.  It
+ * never stops early: a reader that stops at a fixed size and closes a
+ * pipe kills the writer with SIGPIPE, and the test then fails on the
+ * writer's status rather than on what it printed. */
+static inline char *th_read_all(FILE *f, size_t *len_out)
+{
+    size_t cap = 1 << 16, len = 0, n;
+    char *buf = malloc(cap);
+    CHECK(buf != NULL);
+    while ((n = fread(buf + len, 1, cap - 1 - len, f)) > 0) {
+        len += n;
+        if (cap - 1 - len == 0) {
+            char *bigger = realloc(buf, cap * 2);
+            CHECK(bigger != NULL);
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    buf[len] = '\0';
+    if (len_out)
+        *len_out = len;
+    return buf;
+}
+
 static inline int th_main(int argc, char **argv)
 {
     int rc = fiber_init(&argc, &argv);

@@ -38,13 +38,7 @@ static char *sh_out(const char *cmd)
 {
     FILE *f = popen(cmd, "r");
     CHECK(f != NULL);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = calloc(1, cap);
-    CHECK(buf != NULL);
-    size_t n;
-    while ((n = fread(buf + len, 1, cap - 1 - len, f)) > 0)
-        len += n;
-    buf[len] = '\0';
+    char *buf = th_read_all(f, NULL);
     pclose(f);
     return buf;
 }
@@ -1111,18 +1105,12 @@ static char *fiber_cmd(const char *args, char **err, int *status)
     FILE *f = popen(cmd, "r");
     free(cmd);
     CHECK(f != NULL);
-    size_t cap = 1 << 16, len = 0, n;
-    char *out = calloc(1, cap);
-    CHECK(out != NULL);
-    while ((n = fread(out + len, 1, cap - 1 - len, f)) > 0)
-        len += n;
+    char *out = th_read_all(f, NULL);
     int st = pclose(f);
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     FILE *e = fopen(errfile, "r");
     CHECK(e != NULL);
-    *err = calloc(1, cap);
-    CHECK(*err != NULL);
-    len = fread(*err, 1, cap - 1, e);
+    *err = th_read_all(e, NULL);
     fclose(e);
     unlink(errfile);
     fprintf(stderr, "%s%s[exit %d]\n", out, *err, *status);
