@@ -9,10 +9,12 @@
 
 extern const struct fb_obj_kind fb_kind_queue;
 extern const struct fb_obj_kind fb_kind_rendezvous; /* ring_rdv.c */
+extern const struct fb_obj_kind fb_kind_pipe_rdv;   /* pipe_rdv.c */
 
 const struct fb_obj_kind *const fb_obj_kinds[] = {
     &fb_kind_queue,
     &fb_kind_rendezvous,
+    &fb_kind_pipe_rdv,
     &fb_kind_dict,
     &fb_kind_list,
     &fb_kind_value,

@@ -290,6 +290,16 @@ int fb_future_from_owait(struct fb_owait *w, fiber_future **f);
 int fb_queue_create_on(fiber_queue **out, const char *addr,
                        const uint8_t *token, const char *name,
                        size_t capacity);
+/* For pipe.c: a second handle on queue object obj; a handle's object id;
+ * and making a creator's handle an ordinary one (freeing it then leaves
+ * the queue). */
+int fb_queue_attach(fiber_queue **out, const char *addr, const uint8_t *token,
+                    uint32_t obj);
+uint32_t fb_queue_obj(const fiber_queue *q);
+void fb_queue_disown(fiber_queue *q);
+/* For tests (pipe.c): 1 when p is linked directly, 0 if not; where it
+ * listens while it waits for the other end ("" when it does not). */
+int fb_pipe_peek(fiber_pipe *p, char *listening, size_t size);
 /* Opens (creating it if new) the object called name, of kind ("dict",
  * "lock", ...: a kind of mobj_srv.c), over c, the connection to the server
  * at addr; params are the kind's creation parameters (mobj_srv.c). */

@@ -19,8 +19,7 @@
  * byte in a page shared with the server (see queue_srv.c), so a get that
  * finds its item prefetched makes no system call at all.
  *
- * A pipe is two queues (one per direction), so either end can be handed
- * to any process of the run.
+ * A pipe (pipe.c) has one queue per direction, for its relayed path.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -35,7 +34,6 @@
 #include "core/common.h"
 #include "core/runtime.h"
 
-#define PIPE_CAPACITY 1024
 #define PUT_WINDOW 8192     /* pipelined puts unanswered, per handle */
 #define STEADY_PUT_NS 20000 /* puts closer than this are batched */
 #define DEFAULT_WINDOW 64   /* items a consumer handle prefetches */
@@ -43,7 +41,6 @@
 /* ---- handles ------------------------------------------------------------- */
 
 #define QUEUE_MAGIC 0x51554555u /* "QUEU" */
-#define PIPE_MAGIC 0x50495045u  /* "PIPE" */
 
 struct fiber_queue {
     uint32_t magic;
@@ -510,153 +507,21 @@ FIBER_API void fiber_queue_detach(fiber_queue *q)
     queue_drop(q, 0);
 }
 
-/* ---- pipes ------------------------------------------------------------ */
+/* ---- for pipes (pipe.c) ------------------------------------------------ */
 
-struct fiber_pipe {
-    uint32_t magic;
-    fiber_queue *send; /* NULL on a receive-only end */
-    fiber_queue *recv; /* NULL on a send-only end */
-};
-
-static int check_pipe(const fiber_pipe *p)
+int fb_queue_attach(fiber_queue **out, const char *addr, const uint8_t *token,
+                    uint32_t obj)
 {
-    if (!p || p->magic != PIPE_MAGIC)
-        return fb_err(FIBER_EINVAL, "not a valid fiber_pipe handle");
-    return 0;
+    return queue_attach(out, addr, token, obj);
 }
 
-static int pipe_end(fiber_pipe **out, fiber_queue *send, fiber_queue *recv)
+uint32_t fb_queue_obj(const fiber_queue *q)
 {
-    fiber_pipe *p = calloc(1, sizeof *p);
-    if (!p)
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    p->magic = PIPE_MAGIC;
-    p->send = send;
-    p->recv = recv;
-    *out = p;
-    return 0;
+    return q->h.obj;
 }
 
-/* A second handle on the same queue object (each end owns its own). */
-static int queue_dup(fiber_queue *q, fiber_queue **out)
+void fb_queue_disown(fiber_queue *q)
 {
-    return queue_attach(out, q->h.addr, q->h.token, q->h.obj);
-}
-
-FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex)
-{
-    if (!a || !b)
-        return fb_err(FIBER_EINVAL, "fiber_pipe_create: a or b is NULL");
-    fiber_queue *ab = NULL, *ab2 = NULL, *ba = NULL, *ba2 = NULL;
-    fiber_pipe *pa = NULL, *pb = NULL;
-    int rc = fiber_queue_create(&ab, PIPE_CAPACITY);
-    if (rc == 0)
-        rc = queue_dup(ab, &ab2);
-    if (rc == 0 && duplex)
-        rc = fiber_queue_create(&ba, PIPE_CAPACITY);
-    if (rc == 0 && duplex)
-        rc = queue_dup(ba, &ba2);
-    /* No end is a creator's handle: freeing an end (say in the master,
-     * after handing it to a child) must not destroy a direction the other
-     * end still uses.  The queues live until the server stops. */
-    if (ab)
-        ab->creator = 0;
-    if (ba)
-        ba->creator = 0;
-    if (rc == 0)
-        rc = pipe_end(&pa, ab, duplex ? ba2 : NULL);
-    if (rc == 0)
-        rc = pipe_end(&pb, duplex ? ba : NULL, ab2);
-    if (rc) {
-        free(pa);
-        fiber_queue_free(ab);
-        fiber_queue_free(ab2);
-        fiber_queue_free(ba);
-        fiber_queue_free(ba2);
-        return rc;
-    }
-    *a = pa;
-    *b = pb;
-    return 0;
-}
-
-FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
-                              int timeout_ms)
-{
-    int rc = check_pipe(p);
-    if (rc)
-        return rc;
-    if (!p->send)
-        return fb_err(FIBER_ENOTSUP, "this end of a one-way pipe only "
-                                     "receives");
-    return fiber_queue_put(p->send, data, len, timeout_ms);
-}
-
-FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
-{
-    int rc = check_pipe(p);
-    if (rc)
-        return rc;
-    if (!p->recv)
-        return fb_err(FIBER_ENOTSUP, "this end of a one-way pipe only sends");
-    return fiber_queue_get(p->recv, out, timeout_ms);
-}
-
-FIBER_API int fiber_pipe_close(fiber_pipe *p)
-{
-    int rc = check_pipe(p);
-    if (rc)
-        return rc;
-    if (!p->send)
-        return 0;
-    /* What this end sent before the close is received before the EOF: a
-     * pipelined send still waiting for room in a full direction would
-     * otherwise be failed by the close (a queue's close fails waiting
-     * puts).  So first wait until every pipelined send is in. */
-    rc = fiber_queue_flush(p->send, -1);
-    return rc ? rc : fiber_queue_close(p->send);
-}
-
-FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
-{
-    int rc = check_pipe(p);
-    if (rc)
-        return rc;
-    fiber_queue *any = p->send ? p->send : p->recv;
-    return fb_handle_encode(out, FB_HANDLE_PIPE, any->h.addr, any->h.token,
-                            p->send ? p->send->h.obj : 0,
-                            p->recv ? p->recv->h.obj : 0);
-}
-
-FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len)
-{
-    char addr[600];
-    uint8_t token[FB_WIRE_TOKEN_LEN];
-    uint32_t send_obj, recv_obj;
-    if (!out)
-        return fb_err(FIBER_EINVAL, "fiber_pipe_open: out is NULL");
-    int rc = fb_handle_decode(data, len, FB_HANDLE_PIPE, addr, sizeof addr,
-                              token, &send_obj, &recv_obj);
-    fiber_queue *s = NULL, *r = NULL;
-    if (rc == 0 && send_obj)
-        rc = queue_attach(&s, addr, token, send_obj);
-    if (rc == 0 && recv_obj)
-        rc = queue_attach(&r, addr, token, recv_obj);
-    if (rc == 0)
-        rc = pipe_end(out, s, r);
-    if (rc) {
-        fiber_queue_free(s);
-        fiber_queue_free(r);
-    }
-    return rc;
-}
-
-FIBER_API void fiber_pipe_free(fiber_pipe *p)
-{
-    if (!p || check_pipe(p))
-        return;
-    p->magic = 0;
-    fiber_queue_free(p->send);
-    fiber_queue_free(p->recv);
-    free(p);
+    if (q)
+        q->creator = 0;
 }

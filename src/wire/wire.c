@@ -566,6 +566,19 @@ int fb_wire_get_fault(const uint8_t *p, size_t len, uint32_t *offset,
     return rc;
 }
 
+int fb_wire_get_pipe_link(const uint8_t *p, size_t len, uint64_t *relayed,
+                          char *err, size_t errlen)
+{
+    struct reader r = {p, len, "PIPE_LINK", err, errlen};
+    uint64_t n;
+    int rc = rd_u64(&r, "relayed", &n);
+    if (rc == 0)
+        rc = rd_end(&r, "relayed");
+    if (rc == 0)
+        *relayed = n;
+    return rc;
+}
+
 int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
                           char *err, size_t errlen)
 {
@@ -580,6 +593,7 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
         uint32_t offset;
         struct fb_msg_ocall ocall;
         struct fb_msg_oreply oreply;
+        uint64_t count;
     } m;
     switch (h->type) {
     case FB_MSG_HELLO:
@@ -604,7 +618,12 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
         return fb_wire_get_ocall(p, h->len, &m.ocall, err, errlen);
     case FB_MSG_OREPLY:
         return fb_wire_get_oreply(p, h->len, h->code, &m.oreply, err, errlen);
+    case FB_MSG_PIPE_LINK:
+        return fb_wire_get_pipe_link(p, h->len, &m.count, err, errlen);
+    case FB_MSG_PIPE_DATA:
+        return 0; /* any bytes: the application's message */
     case FB_MSG_PING:
+    case FB_MSG_PIPE_CLOSE:
     case FB_MSG_PONG:
     case FB_MSG_READY:
     case FB_MSG_STOP:
@@ -763,11 +782,25 @@ int fb_wire_put_pong(fiber_buf *out, uint64_t id)
     return put_frame(out, FB_MSG_PONG, 0, id, NULL, 0);
 }
 
+int fb_wire_put_pipe_link(fiber_buf *out, uint64_t relayed)
+{
+    uint8_t b[8];
+    put_le64(b, relayed);
+    struct piece pc = {b, sizeof b};
+    return put_frame(out, FB_MSG_PIPE_LINK, 0, 0, &pc, 1);
+}
+
+int fb_wire_put_pipe_data(fiber_buf *out, const void *data, uint32_t len)
+{
+    struct piece pc = {data, len};
+    return put_frame(out, FB_MSG_PIPE_DATA, 0, 0, &pc, 1);
+}
+
 int fb_wire_put_empty(fiber_buf *out, unsigned type, uint64_t id)
 {
     if (type != FB_MSG_PING && type != FB_MSG_PONG && type != FB_MSG_READY &&
         type != FB_MSG_STOP && type != FB_MSG_HEARTBEAT &&
-        type != FB_MSG_STATS)
+        type != FB_MSG_STATS && type != FB_MSG_PIPE_CLOSE)
         return fb_err(FIBER_EINVAL, "%s is not an empty message",
                       fb_msg_type_name(type));
     return put_frame(out, type, 0, id, NULL, 0);

@@ -167,7 +167,10 @@
     X(OBJ_CALL, 36)                                                            \
     X(OBJ_FILE, 37)                                                            \
     X(STATS, 40)                                                               \
-    X(SNAPSHOT, 41)
+    X(SNAPSHOT, 41)                                                            \
+    X(PIPE_LINK, 50)                                                           \
+    X(PIPE_DATA, 51)                                                           \
+    X(PIPE_CLOSE, 52)
 
 enum fb_msg_type {
 #define FB_X(name, value) FB_MSG_##name = value,
@@ -317,6 +320,16 @@ int fb_wire_get_task(const uint8_t *p, size_t len, int32_t count,
                      struct fb_msg_task *m, char *err, size_t errlen);
 int fb_wire_get_result(const uint8_t *p, size_t len, int32_t count,
                        struct fb_msg_result *m, char *err, size_t errlen);
+
+/* A direct pipe link (src/api/pipe.c), after the two HELLOs:
+ *   PIPE_LINK   u64 relayed: how many messages the sender put on the
+ *               pipe's relayed queue before the link (read those first);
+ *   PIPE_DATA   one message, the payload as it was sent;
+ *   PIPE_CLOSE  empty: the sender closed its sending direction. */
+int fb_wire_put_pipe_link(fiber_buf *out, uint64_t relayed);
+int fb_wire_get_pipe_link(const uint8_t *p, size_t len, uint64_t *relayed,
+                          char *err, size_t errlen);
+int fb_wire_put_pipe_data(fiber_buf *out, const void *data, uint32_t len);
 
 /* Walks the items of a decoded TASK / RESULT: *cursor starts at
  * m->items; each call returns the next item and advances it. */

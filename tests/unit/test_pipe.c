@@ -2,12 +2,13 @@
  * test_pipe.c -- the contract of fiber_pipe across real child processes,
  * whatever carries the messages: both ends in children, one end in the
  * master, an end handed on after its first use (nothing lost or
- * reordered), close and end of stream, and hostile peers on the socket a
- * pipe's end connects to (garbage, a wrong token) refused while the pipe
- * goes on working.  These are the cases a direct connection between the
- * two ends (docs/pipe.md, "Not done yet") must keep passing.
+ * reordered), close and end of stream, hostile peers on the socket a
+ * pipe's end listens on (garbage, a wrong token, silence) refused while
+ * the pipe goes on working, a killed peer (FIBER_ECLOSED, not a hang), and
+ * a linked end refused for hand-over (docs/pipe.md).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,65 +254,168 @@ static int dropped(int fd)
     return 0;
 }
 
-/* Strangers on the socket an end connects to: garbage, and a HELLO with
- * the wrong token, are dropped (the latter after a REJECT naming the
- * token), while a pipe in use goes on. */
+/* A stranger who knows where an end listens but not the run's token: it
+ * sends a HELLO with a wrong token (over the run's encryption, when the
+ * link is TCP) and expects a REJECT naming the token, then the end of the
+ * connection.  Runs in a thread: the end it talks to is served by the
+ * master's own calls. */
+struct intruder {
+    char addr[600];
+    int result; /* 0: refused as it should be; else which step failed */
+    int done;
+};
+
+static void *intrude(void *arg)
+{
+    struct intruder *in = arg;
+    int fd;
+    in->result = 1;
+    if (fb_sock_dial(in->addr, fb_deadline_ms(5000), &fd) != 0)
+        goto out;
+    struct fb_conn c;
+    fb_conn_init(&c, fd, 1u << 20);
+    in->result = 2;
+    if (fb_conn_secure_for(&c, in->addr, FB_SEC_CLIENT, fb_rt_token()) != 0)
+        goto close;
+    const char *bid = fb_rt_build_id();
+    struct fb_msg_hello h = {.build_id = bid,
+                             .build_id_len = (uint8_t)strlen(bid),
+                             .name = "pipe-b", .name_len = 6};
+    memcpy(h.token, fb_rt_token(), sizeof h.token);
+    h.token[0] ^= 1;
+    in->result = 3;
+    if (fb_wire_put_hello(&c.out, &h) != 0 ||
+        fb_conn_flush_wait(&c, fb_deadline_ms(10000)) != 0)
+        goto close;
+    struct fb_wire_hdr hd;
+    const uint8_t *pl;
+    in->result = 4;
+    if (fb_conn_recv_wait(&c, &hd, &pl, fb_deadline_ms(10000)) != 1 ||
+        hd.type != FB_MSG_REJECT || !memmem(pl, hd.len, "wrong token", 11))
+        goto close;
+    in->result = 5;
+    if (fb_conn_recv_wait(&c, &hd, &pl, fb_deadline_ms(10000)) >= 0)
+        goto close;
+    in->result = 0;
+close:
+    fb_conn_close(&c);
+out:
+    __atomic_store_n(&in->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Strangers on the socket an end listens on while it waits for the other
+ * end: garbage, a HELLO with the wrong token, and one that never says
+ * anything.  The first two are dropped (the second after a REJECT naming
+ * the token) while the end is in use; the silent one cannot stop the
+ * other end from linking, and is dropped when it does. */
 TEST(hostile_peers_on_the_pipes_socket_are_refused)
 {
     fiber_pipe *a, *b;
     CHECK_OK(fiber_pipe_create(&a, &b, 1));
     struct job j = job_for(b, 0);
     fiber_pipe_free(b);
-    fiber_process *p = start("echo", &j);
+    /* a's first use: it is the first end, so it listens. */
     CHECK_OK(fiber_pipe_send(a, "one", 3, -1));
-    fiber_buf got = {0};
-    CHECK_OK(fiber_pipe_recv(a, &got, 20000));
-
     char addr[600];
-    uint8_t token[FB_WIRE_TOKEN_LEN];
-    uint32_t s, r;
-    CHECK_OK(fb_handle_decode(j.handle, j.handle_len, FB_HANDLE_PIPE, addr,
-                              sizeof addr, token, &s, &r));
-    int junk;
+    CHECK_EQ(fb_pipe_peek(a, addr, sizeof addr), 0);
+    CHECK(addr[0] != '\0');
+
+    int junk, silent;
     CHECK_OK(fb_sock_dial(addr, fb_deadline_ms(5000), &junk));
     const char http[] = "GET / HTTP/1.1\r\nHost: fiber\r\n\r\n";
     send(junk, http, sizeof http - 1, MSG_NOSIGNAL);
-
-    int fd;
-    CHECK_OK(fb_sock_dial(addr, fb_deadline_ms(5000), &fd));
-    struct fb_conn c;
-    fb_conn_init(&c, fd, 1u << 20);
-    /* Over encrypted TCP (docker, slurm) the link itself uses the run's
-     * key: the token inside HELLO is what is wrong. */
-    CHECK_OK(fb_conn_secure_for(&c, addr, FB_SEC_CLIENT, fb_rt_token()));
-    const char *bid = fb_rt_build_id();
-    struct fb_msg_hello h = {.build_id = bid,
-                             .build_id_len = (uint8_t)strlen(bid),
-                             .name = "intruder", .name_len = 8};
-    memcpy(h.token, token, sizeof h.token);
-    h.token[0] ^= 1;
-    CHECK_OK(fb_wire_put_hello(&c.out, &h));
-    CHECK_OK(fb_conn_flush_wait(&c, fb_deadline_ms(5000)));
-    struct fb_wire_hdr hd;
-    const uint8_t *pl;
-    CHECK_EQ(fb_conn_recv_wait(&c, &hd, &pl, fb_deadline_ms(10000)), 1);
-    CHECK_EQ(hd.type, FB_MSG_REJECT);
-    CHECK(memmem(pl, hd.len, "wrong token", 11) != NULL);
-    CHECK(fb_conn_recv_wait(&c, &hd, &pl, fb_deadline_ms(10000)) < 0);
-    fb_conn_close(&c);
-
+    CHECK_OK(fb_sock_dial(addr, fb_deadline_ms(5000), &silent));
+    struct intruder in = {.result = -1};
+    fb_strlcpy(in.addr, addr, sizeof in.addr);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, intrude, &in) == 0);
+    /* The master's calls on a serve its socket meanwhile. */
+    fiber_buf got = {0};
+    for (int k = 0; k < 200 && !__atomic_load_n(&in.done, __ATOMIC_ACQUIRE);
+         k++)
+        CHECK_ERR(fiber_pipe_recv(a, &got, 50), FIBER_ETIMEDOUT);
+    pthread_join(t, NULL);
+    CHECK_EQ(in.result, 0);
     CHECK(dropped(junk));
     close(junk);
-    /* The pipe goes on. */
+
+    /* The other end links in spite of the silent stranger. */
+    fiber_process *p = start("echo", &j);
+    CHECK_OK(fiber_pipe_recv(a, &got, 20000));
+    CHECK_EQ(got.len, 3);
     for (int i = 0; i < 50; i++) {
         CHECK_OK(fiber_pipe_send(a, &i, sizeof i, -1));
         got.len = 0;
         CHECK_OK(fiber_pipe_recv(a, &got, 20000));
         CHECK_EQ(got.len, sizeof i);
     }
+    CHECK_EQ(fb_pipe_peek(a, addr, sizeof addr), 1);
+    CHECK_EQ(addr[0], '\0'); /* no longer listening */
+    CHECK(dropped(silent));
+    close(silent);
     CHECK_OK(fiber_pipe_close(a));
     CHECK_EQ(finish(p), 51);
     fiber_buf_free(&got);
+    fiber_pipe_free(a);
+}
+
+/* Ends in two processes are linked directly; when the process holding the
+ * other end is killed, this end's recv and send fail with FIBER_ECLOSED
+ * (saying the peer went away) instead of waiting. */
+TEST(a_killed_peer_closes_the_pipe)
+{
+    fiber_pipe *a, *b;
+    CHECK_OK(fiber_pipe_create(&a, &b, 1));
+    struct job j = job_for(b, 0);
+    fiber_pipe_free(b);
+    fiber_process *p = start("echo", &j);
+    fiber_buf got = {0};
+    char addr[600];
+    int i = 0;
+    for (; i < 1000 && fb_pipe_peek(a, addr, sizeof addr) != 1; i++) {
+        CHECK_OK(fiber_pipe_send(a, &i, sizeof i, -1));
+        got.len = 0;
+        CHECK_OK(fiber_pipe_recv(a, &got, 20000));
+        CHECK_EQ(got.len, sizeof i);
+    }
+    CHECK_EQ(fb_pipe_peek(a, addr, sizeof addr), 1);
+    CHECK_OK(fiber_process_kill(p));
+    CHECK_OK(fiber_process_join(p, 60000));
+    fiber_process_free(p);
+    uint64_t t0 = fb_now_ms();
+    CHECK_ERR(fiber_pipe_recv(a, &got, 20000), FIBER_ECLOSED);
+    CHECK(fb_now_ms() - t0 < 10000);
+    CHECK(strstr(fiber_last_error(), "went away") != NULL);
+    CHECK_ERR(fiber_pipe_send(a, "x", 1, -1), FIBER_ECLOSED);
+    CHECK(strstr(fiber_last_error(), "went away") != NULL);
+    fiber_buf_free(&got);
+    fiber_pipe_free(a);
+}
+
+/* A linked end cannot be handed on: serialising it says why. */
+TEST(a_linked_end_is_not_handed_on)
+{
+    fiber_pipe *a, *b;
+    CHECK_OK(fiber_pipe_create(&a, &b, 1));
+    struct job j = job_for(b, 0);
+    fiber_pipe_free(b);
+    fiber_process *p = start("echo", &j);
+    fiber_buf got = {0};
+    char addr[600];
+    for (int i = 0; i < 1000 && fb_pipe_peek(a, addr, sizeof addr) != 1;
+         i++) {
+        CHECK_OK(fiber_pipe_send(a, &i, sizeof i, -1));
+        got.len = 0;
+        CHECK_OK(fiber_pipe_recv(a, &got, 20000));
+    }
+    fiber_buf ser = {0};
+    CHECK_ERR(fiber_pipe_serialize(a, &ser), FIBER_ESTATE);
+    CHECK(strstr(fiber_last_error(), "cannot be handed on") != NULL);
+    CHECK_OK(fiber_pipe_close(a));
+    CHECK(finish(p) > 0);
+    fiber_buf_free(&got);
+    fiber_buf_free(&ser);
     fiber_pipe_free(a);
 }
 
