@@ -9,8 +9,10 @@
  * Round trip: the master sends one 64-byte message, the child sends it
  * back; --samples round trips after a warm-up, median and p99.
  *
- * A fiber pipe is two queues on the master's object server (docs/pipe.md),
- * so each message makes two hops; multiprocessing.Pipe is a socket pair.
+ * The two ends are first used in two processes, so they connect directly
+ * (a unix socket here; docs/pipe.md), as multiprocessing.Pipe's socket
+ * pair does; the first messages may still take the relayed path while the
+ * link forms.
  * The peer (peer/pipe_peer.py) measures the same with send_bytes and
  * recv_bytes (no pickling) in the same run.  The last line of output is
  * one JSON object.

@@ -947,38 +947,47 @@ FIBER_API void fiber_queue_free(fiber_queue *q);
 FIBER_API void fiber_queue_detach(fiber_queue *q);
 
 /* Creates a pipe: with duplex, both ends send and receive; otherwise a
- * sends and b receives.  Each direction holds up to 1024 messages; a send
- * to a full pipe waits.  Only the master creates pipes; either end can be
- * serialised and handed to a child.  Each direction is a queue on the
- * master's object server: a send with a negative timeout is pipelined as
- * a queue put is, and a receiver prefetches as a queue consumer does.
- * A pipe lives until the master's server stops (fiber_pipe_free frees an
- * end's handle only, on either end, also the master's right after it
- * handed the end to a child).  The ends are not yet connected directly
- * (docs/pipe.md, "Not done yet"). */
+ * sends and b receives.  Only the master creates pipes; either end can be
+ * serialised and handed to a child.  When the two ends are first used in
+ * two processes, they connect directly (a unix socket on one host, one
+ * encrypted TCP connection across hosts; docs/pipe.md): messages then go
+ * from end to end, and a send waits while about 1 MiB is unwritten.
+ * Until then, and for good when both ends are first used in one process,
+ * an end is opened twice, or the other end cannot be dialled, messages
+ * go through one queue per direction on the master's object server
+ * (capacity 1024 messages; a send with a negative timeout is pipelined as
+ * a queue put is).  Either way messages arrive in order, each once.
+ * fiber_pipe_free frees an end's handle; the pipe's relayed queues live
+ * until the master's server stops. */
 FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex);
 
 /* Sends a message to the other end (timeouts as for queues).  On a
- * receive-only end: FIBER_ENOTSUP. */
+ * receive-only end: FIBER_ENOTSUP; after this end's close, or once the
+ * process holding a directly connected other end went away (it died or
+ * freed its end): FIBER_ECLOSED. */
 FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
                               int timeout_ms);
 
 /* Receives the next message from the other end, appending it to out.
- * Returns as fiber_queue_get does (FIBER_ECLOSED once the other end closed
- * and everything sent was received). */
+ * Returns as fiber_queue_get does: FIBER_ECLOSED once the other end closed
+ * and everything sent was received, and also (after what had arrived)
+ * when the process holding a directly connected other end went away. */
 FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms);
 
 /* Closes this end's sending direction: the other end's recv drains what
  * was sent, then gets FIBER_ECLOSED.  It first waits until this end's
- * pipelined sends are in the pipe (so they are received before the end
- * of the stream, even when the direction is full and must drain first);
- * their failure, if one failed, is what it returns. */
+ * sends are written (so they are received before the end of the stream,
+ * even when the pipe is full and must drain first); their failure, if
+ * one failed, is what it returns. */
 FIBER_API int fiber_pipe_close(fiber_pipe *p);
 
+/* Serialises an end for fiber_pipe_open in another process.  An end whose
+ * handle is connected directly cannot be handed on: FIBER_ESTATE. */
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len);
-/* Frees an end's handle (its pipelined sends are delivered first); the
- * pipe itself stays.  NULL is a no-op. */
+/* Frees an end's handle (its pending sends are delivered first; a direct
+ * connection then ends, and the other end's recv gets FIBER_ECLOSED after
+ * what was sent).  NULL is a no-op. */
 FIBER_API void fiber_pipe_free(fiber_pipe *p);
 
 /* ------------------------------------------------------------------------

@@ -65,7 +65,6 @@
 #define MAX_CANDIDATES 8       /* unproven connections held at once */
 #define STEADY_NS 20000        /* sends closer than this are batched */
 #define OUT_HIGH (1u << 20)    /* unwritten bytes before a send waits */
-#define SPIN_NS 20000          /* a recv reads this long before it polls */
 
 enum { S_FRESH, S_WAITING, S_LINKING, S_LINKED, S_RELAYED };
 
@@ -708,10 +707,9 @@ static int take_frame(fiber_pipe *p, fiber_buf *out)
     return p->broken ? link_error(p) : 1;
 }
 
-static int recv_direct(fiber_pipe *p, fiber_buf *out, int timeout_ms)
+static int recv_direct(fiber_pipe *p, fiber_buf *out, int timeout_ms,
+                       uint64_t deadline)
 {
-    uint64_t deadline = fb_deadline_ms(timeout_ms);
-    uint64_t spin_end = fb_now_ns() + SPIN_NS;
     for (;;) {
         int rc = take_frame(p, out);
         if (rc != 1)
@@ -732,8 +730,6 @@ static int recv_direct(fiber_pipe *p, fiber_buf *out, int timeout_ms)
         int left = fb_ms_left(deadline);
         if (left == 0)
             return fb_err(FIBER_ETIMEDOUT, "nothing was received in time");
-        if (fb_now_ns() < spin_end)
-            continue;
         struct pollfd pf = {.fd = p->link.fd, .events = POLLIN};
         pthread_mutex_unlock(&p->mu);
         poll(&pf, 1, left);
@@ -783,8 +779,7 @@ FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
         if (rc)
             break;
         if (from_link(p)) {
-            rc = recv_direct(p, out, timeout_ms < 0 ? -1
-                                                    : fb_ms_left(deadline));
+            rc = recv_direct(p, out, timeout_ms, deadline);
             break;
         }
         if (p->state == S_RELAYED) {
@@ -796,8 +791,6 @@ FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
             break;
         if (fb_ms_left(deadline) == 0 && !from_link(p))
             break;
-        if (p->state == S_WAITING)
-            progress(p, 0);
     }
     pthread_mutex_unlock(&p->mu);
     return rc;

@@ -24,6 +24,7 @@
 
 #include "api/objsrv.h"
 #include "api/pipe_ops.h"
+#include "api/ring_ops.h"
 #include "core/common.h"
 #include "core/log.h"
 
@@ -31,6 +32,7 @@ enum { M_OPEN, M_DIRECT, M_RELAYED };
 
 struct prdv_side {
     int joined;
+    const struct fb_oconn *conn; /* the connection it joined on */
     uint32_t pid;
     uint64_t hid;
     char addr[FB_PIPE_ADDR_MAX];
@@ -97,6 +99,7 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
     me->joined = 1;
     me->pid = pid;
     me->hid = hid;
+    me->conn = req->conn;
     memcpy(me->addr, req->items[3].data, req->items[3].len);
     me->addr[req->items[3].len] = '\0';
     if (!other->joined)
@@ -127,6 +130,19 @@ static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
     return 1;
 }
 
+/* A process that joined and was killed while it waited cannot remove its
+ * socket (which would keep the run directory from being removed). */
+static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
+{
+    struct prdv *d = o->state;
+    for (int s = 0; s < 2; s++)
+        if (d->side[s].conn == c) {
+            if (d->side[s].addr[0])
+                fb_rdv_unlink_sock(o->srv, d->side[s].addr, "pipe");
+            d->side[s].conn = NULL;
+        }
+}
+
 static void prdv_destroy(struct fb_obj *o)
 {
     free(o->state);
@@ -134,6 +150,7 @@ static void prdv_destroy(struct fb_obj *o)
 
 static const struct fb_obj_ops prdv_ops = {
     .call = prdv_call,
+    .conn_gone = prdv_conn_gone,
     .destroy = prdv_destroy,
 };
 

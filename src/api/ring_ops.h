@@ -21,4 +21,10 @@
 /* A member's address, with its NUL, is shorter than this. */
 #define FB_RING_ADDR_MAX 600
 
+/* Removes the unix socket at addr when it is named prefix* ("ring",
+ * "pipe") beside srv's own socket: what a member killed while it waited
+ * left behind (ring_rdv.c; pipe_rdv.c uses it too). */
+void fb_rdv_unlink_sock(const struct fb_objsrv *srv, const char *addr,
+                        const char *prefix);
+
 #endif /* FB_RING_OPS_H */

@@ -145,19 +145,22 @@ static void sock_note(struct rdv *d, const struct fb_oreq *req)
     k->addr = strndup(req->items[1].data, req->items[1].len);
 }
 
-/* Removes a member's unix socket, but only if it is one of ours: named
- * ring* in the directory of this server's own socket. */
-static void sock_unlink(const struct fb_objsrv *srv, const char *addr)
+/* Removes a unix socket left by a process that went, but only if it is
+ * one of ours: named prefix* in the directory of this server's own
+ * socket (ring_ops.h). */
+void fb_rdv_unlink_sock(const struct fb_objsrv *srv, const char *addr,
+                        const char *prefix)
 {
     const char *mine = fb_objsrv_address(srv);
     const char *slash = strrchr(addr, '/'), *my_slash = strrchr(mine, '/');
     size_t dir = slash ? (size_t)(slash - addr) : 0;
     if (strncmp(addr, "unix:", 5) != 0 || !slash || !my_slash ||
         dir != (size_t)(my_slash - mine) || memcmp(addr, mine, dir) != 0 ||
-        strncmp(slash + 1, "ring", 4) != 0)
+        strncmp(slash + 1, prefix, strlen(prefix)) != 0)
         return;
     if (unlink(addr + 5) == 0)
-        fb_log_debug("ring: removed %s, left by a member that went", addr);
+        fb_log_debug("%s: removed %s, left by a process that went", prefix,
+                     addr);
 }
 
 static void rdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
@@ -167,7 +170,7 @@ static void rdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
         if (d->socks[i].conn != c)
             continue;
         if (d->socks[i].addr)
-            sock_unlink(o->srv, d->socks[i].addr);
+            fb_rdv_unlink_sock(o->srv, d->socks[i].addr, "ring");
         sock_forget(&d->socks[i]);
     }
 }
