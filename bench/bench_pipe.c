@@ -182,13 +182,13 @@ static int run_fiber(const struct options *o, struct figures *f)
     if (rc == 0)
         printf("fiber  pipe round trip: median %.1f us, p99 %.1f us\n",
                f->rtt_median_us, f->rtt_p99_us);
+    if (rc) /* before stopping the child, which may fail too */
+        fprintf(stderr, PROG ": %s\n", fiber_last_error());
     if (child) {
         command(mine, C_STOP);
         fiber_process_join(child, 60000);
         fiber_process_free(child);
     }
-    if (rc)
-        fprintf(stderr, PROG ": %s\n", fiber_last_error());
     free(rates);
     fiber_pipe_free(mine);
     fiber_pipe_free(theirs);

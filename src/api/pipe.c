@@ -476,7 +476,9 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
 /* Reads the link's handshake frames as far as they have come. */
 static void read_control(fiber_pipe *p)
 {
-    if (fb_conn_pending(&p->link) && fb_conn_flush(&p->link) < 0)
+    /* (Never while the flusher writes: one writer at a time.) */
+    if (!p->writing && fb_conn_pending(&p->link) &&
+        fb_conn_flush(&p->link) < 0)
         link_break(p, "the process holding %s went away while the pipe was "
                       "being linked: %s", p->link.err);
     int rc = fb_conn_read(&p->link);

@@ -170,6 +170,36 @@ TEST(one_end_in_the_master_receives_a_pipelined_stream)
     fiber_pipe_free(rx);
 }
 
+/* A long stream from a child that dials the master's waiting end: its
+ * sends are batched by its flusher thread while the link is still being
+ * set up; every message arrives once, in order (a race between the
+ * flusher and the set-up once garbled the stream). */
+TEST(a_long_stream_over_the_link_arrives_whole)
+{
+    fiber_pipe *tx, *rx;
+    CHECK_OK(fiber_pipe_create(&tx, &rx, 0));
+    fiber_buf got = {0};
+    /* rx's first use: it waits for the child's end to dial it. */
+    CHECK_ERR(fiber_pipe_recv(rx, &got, 0), FIBER_EAGAIN);
+    struct job j = job_for(tx, 300000);
+    fiber_pipe_free(tx);
+    fiber_process *p = start("stream", &j);
+    for (int32_t i = 0; i < 300000; i++) {
+        got.len = 0;
+        CHECK_OK(fiber_pipe_recv(rx, &got, 20000));
+        CHECK_EQ(got.len, sizeof i);
+        int32_t v;
+        memcpy(&v, got.data, sizeof v);
+        CHECK_EQ(v, i);
+    }
+    CHECK_ERR(fiber_pipe_recv(rx, &got, 20000), FIBER_ECLOSED);
+    char addr[600];
+    CHECK_EQ(fb_pipe_peek(rx, addr, sizeof addr), 1);
+    CHECK_EQ(finish(p), 0);
+    fiber_buf_free(&got);
+    fiber_pipe_free(rx);
+}
+
 /* The master uses end b itself, then hands it to a child: what was sent
  * to b and not yet received by the master reaches the child, in order. */
 TEST(end_handed_on_after_first_use)
