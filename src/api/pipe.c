@@ -791,8 +791,12 @@ FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
         rc = recv_relayed(p, out, timeout_ms, deadline);
         if (rc != FIBER_ETIMEDOUT && rc != FIBER_EAGAIN)
             break;
-        if (fb_ms_left(deadline) == 0 && !from_link(p))
+        if (fb_ms_left(deadline) == 0 && !from_link(p)) {
+            /* The last slice may have been cut to 0 ms. */
+            if (timeout_ms != 0 && rc == FIBER_EAGAIN)
+                rc = fb_err(FIBER_ETIMEDOUT, "nothing was received in time");
             break;
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return rc;
