@@ -22,6 +22,7 @@
  * pending as soon as it wakes, so nothing waits for a later call.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <poll.h>
 #include <pthread.h>
@@ -113,6 +114,18 @@ void fb_oresult_free(struct fb_oresult *r)
 
 /* ---- connecting ----------------------------------------------------------- */
 
+/* A plaintext connection's socket blocks once it is through the
+ * handshake, so that a wait without a deadline sleeps in recv() (see
+ * block_recv); the reads that must not block wait for poll() first. */
+static int make_blocking(struct fb_oclient *c)
+{
+    int fl = fcntl(c->conn.fd, F_GETFL);
+    if (fl < 0 || fcntl(c->conn.fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+        return fb_err(FIBER_ESYS, "cannot set up the connection to %s: %s",
+                      c->addr, strerror(errno));
+    return 0;
+}
+
 static int handshake(struct fb_oclient *c)
 {
     uint64_t deadline = fb_deadline_ms(DIAL_TIMEOUT_MS);
@@ -152,6 +165,8 @@ static int handshake(struct fb_oclient *c)
         rc = fb_err(rc, "cannot reach object server %s: %s", c->addr,
                     c->conn.err[0] ? c->conn.err : fiber_last_error());
     }
+    if (rc == 0 && !c->conn.sec)
+        rc = make_blocking(c);
     if (rc)
         fb_conn_close(&c->conn);
     return rc;
@@ -402,6 +417,23 @@ static ssize_t spin_recv(struct fb_oclient *c, size_t room, unsigned spin_us)
     }
 }
 
+/* A wait without a deadline on a plaintext connection blocks in recv()
+ * itself, rather than in poll() and then recv(): its socket was made
+ * blocking after the handshake (every other read here follows a poll
+ * that saw it readable, and writes loop until all is sent either way).
+ * Returns as spin_recv does, never 0. */
+static ssize_t block_recv(struct fb_oclient *c, size_t room)
+{
+    ssize_t n;
+    do
+        n = recv(c->conn.fd, c->conn.in.data + c->conn.in.len, room, 0);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return -1;
+    c->conn.in.len += (size_t)n;
+    return n;
+}
+
 /* The same for an encrypted connection, whose records are opened under
  * the lock (secure.c): polls until the socket is readable.  1 or 0. */
 static ssize_t spin_poll(int fd, unsigned spin_us)
@@ -429,7 +461,9 @@ static void read_turn(struct fb_oclient *c, uint64_t deadline_ms)
         got = room ? spin_recv(c, room, spin_us) : spin_poll(fd, spin_us);
         fb_spin_result(&c->spin, got != 0);
     }
-    if (got == 0) {
+    if (got == 0 && room && deadline_ms == UINT64_MAX) {
+        got = block_recv(c, room); /* made blocking after the handshake */
+    } else if (got == 0) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         got = poll(&pf, 1, fb_ms_left(deadline_ms)) > 0 ? -1 : 0;
     }
