@@ -16,14 +16,24 @@
  * a unix socket locally), so the figures stand for any client process;
  * the peer, likewise, calls its Manager from its main process.
  *
+ * Then the kernel's floor: the same pairs of round trips made by a bare C
+ * echo over a unix socketpair, both sides blocking in recv() (see
+ * run_floor), reported as socket_floor_pair_median_us: what two
+ * crossings of a local socket cost on this machine right now.
+ *
  * The peer (peer/manager_peer.py) runs in the same invocation unless
  * --no-peer.  Output: a table on stdout, then as the LAST line one JSON
  * object: dict_set_get_median_us, lock_pair_median_us (and their p99s),
- * the peer's under "peer".
+ * dict_async_ops_per_s, socket_floor_pair_median_us, the peer's under
+ * "peer".
  */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fiber/fiber.h>
 
@@ -133,6 +143,62 @@ static int run_fiber(const struct bench_calls_options *o, struct figures *f)
     return rc;
 }
 
+/* ---- the kernel's floor ------------------------------------------------- */
+
+/* Two synchronous round trips with nothing but the kernel in them: a
+ * forked child echoes 64-byte messages over a unix socketpair, and both
+ * sides block in recv() (no spinning).  No client of a manager in
+ * another process can do better than this while its every call crosses
+ * the socket twice, so it tells the manager's own cost from the
+ * machine's.  Not a peer: the ratio stays fiber against mp. */
+#define FLOOR_MSG 64
+
+static int full_io(int fd, char *b, int out)
+{
+    for (size_t done = 0; done < FLOOR_MSG;) {
+        ssize_t n = out ? send(fd, b + done, FLOOR_MSG - done, MSG_NOSIGNAL)
+                        : recv(fd, b + done, FLOOR_MSG - done, 0);
+        if (n <= 0 && !(n < 0 && errno == EINTR))
+            return -1;
+        done += n > 0 ? (size_t)n : 0;
+    }
+    return 0;
+}
+
+static int floor_pair(void *fdp)
+{
+    int fd = *(int *)fdp;
+    char b[FLOOR_MSG] = "floor";
+    for (int i = 0; i < 2; i++)
+        if (full_io(fd, b, 1) != 0 || full_io(fd, b, 0) != 0)
+            return -1;
+    return 0;
+}
+
+static int run_floor(const struct bench_calls_options *o,
+                     struct bench_latency *out)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) { /* the echo: only calls safe after a fork */
+        char b[FLOOR_MSG];
+        close(sv[0]);
+        while (full_io(sv[1], b, 0) == 0 && full_io(sv[1], b, 1) == 0) {
+        }
+        _exit(0);
+    }
+    close(sv[1]);
+    int rc = pid < 0 ? -1
+                     : bench_time_calls(PROG, "socket floor", floor_pair,
+                                        &sv[0], o->warmup, o->calls, out);
+    close(sv[0]); /* the echo sees the end and exits */
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return rc;
+}
+
 /* ---- output ---------------------------------------------------------------- */
 
 static void print_row(const char *what, const struct bench_latency *f,
@@ -146,12 +212,17 @@ static void print_row(const char *what, const struct bench_latency *f,
         printf(" %12s %12s %11s\n", "-", "-", "-");
 }
 
-static void print_table(const struct figures *f, const struct figures *p)
+static void print_table(const struct figures *f, const struct figures *p,
+                        const struct bench_latency *floor)
 {
     printf("\n%-18s %12s %12s %12s %12s %11s\n", "pair", "fiber med us",
            "fiber p99 us", "mp med us", "mp p99 us", "med x");
     print_row("dict set+get", &f->dict, p ? &p->dict : NULL);
     print_row("lock acquire+rel", &f->lock, p ? &p->lock : NULL);
+    if (floor)
+        printf("%-18s %12.1f %12.1f   (2 round trips of a bare C echo over "
+               "a unix socketpair)\n", "socket floor", floor->median_us,
+               floor->p99_us);
     printf("(x = mp / fiber: how many times faster fiber is; mp = Python "
            "multiprocessing.Manager)\n\n");
 }
@@ -164,7 +235,8 @@ static void usage(FILE *f)
             "usage: " PROG " [--calls N] [--warmup N] [--no-peer] [--help]\n"
             "Round trips to a manager's objects from the master: a dict "
             "set+get pair and a\nlock acquire+release pair, median and 99th "
-            "percentile in us.\n"
+            "percentile in us, and the same pairs made by a bare C echo "
+            "over a unix\nsocketpair (the kernel's floor).\n"
             "  --calls N   timed pairs of each kind (default %d)\n"
             "  --warmup N  untimed pairs first (default %d)\n"
             "  --no-peer   skip Python multiprocessing.Manager "
@@ -189,13 +261,22 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
+    struct bench_latency floor, *fl = NULL;
+    if (run_floor(&o, &floor) == 0)
+        fl = &floor;
+    else
+        fprintf(stderr, PROG ": the socket floor could not be measured\n");
     if (bench_peer_calls(PROG, "manager_peer.py", &o, figure_keys, N_FIGURES,
                          &p))
         pp = &p;
-    print_table(&f, pp);
+    print_table(&f, pp, fl);
     /* The peer has no async figure (the last key): Manager calls block. */
     bench_json_open(NULL);
     bench_json_write(figure_keys, N_FIGURES, &f);
+    if (fl)
+        bench_json_num("socket_floor_pair_median_us", 2, fl->median_us);
+    else
+        bench_json_null("socket_floor_pair_median_us");
     bench_json_long("calls", o.calls);
     bench_json_peer(figure_keys, N_FIGURES - 1, pp);
     bench_json_close();

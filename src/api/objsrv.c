@@ -629,22 +629,24 @@ static void accept_all(struct fb_objsrv *s)
 
 /* Waits for events as epoll_wait does, spinning first (adaptively, see
  * core/spin.h) when the wait would block: a request that comes within
- * the spin is served without the cost of waking a sleeping thread. */
+ * the spin is served without the cost of waking a sleeping thread.  With
+ * no spin budget it goes straight to the blocking wait (which returns at
+ * once when events are there): one system call per wait, not two. */
 static int wait_events(struct fb_objsrv *s, struct epoll_event *evs, int max,
                        int timeout)
 {
+    unsigned spin_us = timeout == 0 ? 0 : fb_spin_budget(&s->spin);
+    if (spin_us == 0)
+        return epoll_wait(s->l.epfd, evs, max, timeout);
     int n = epoll_wait(s->l.epfd, evs, max, 0);
-    if (n != 0 || timeout == 0)
+    if (n != 0)
+        return n; /* no wait: the spin neither caught nor missed */
+    uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
+    while (n == 0 && fb_now_ns() < until)
+        n = epoll_wait(s->l.epfd, evs, max, 0);
+    fb_spin_result(&s->spin, n != 0);
+    if (n != 0)
         return n;
-    unsigned spin_us = fb_spin_budget(&s->spin);
-    if (spin_us) {
-        uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
-        while (n == 0 && fb_now_ns() < until)
-            n = epoll_wait(s->l.epfd, evs, max, 0);
-        fb_spin_result(&s->spin, n != 0);
-        if (n != 0)
-            return n;
-    }
     return epoll_wait(s->l.epfd, evs, max, timeout);
 }
 

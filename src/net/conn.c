@@ -56,18 +56,27 @@ static void compact_input(struct fb_conn *c)
     c->in_off = 0;
 }
 
+size_t fb_conn_in_room(struct fb_conn *c)
+{
+    compact_input(c);
+    size_t chunk = READ_CHUNK;
+    if (chunk > (size_t)c->max_payload + FB_WIRE_HDR_LEN)
+        chunk = (size_t)c->max_payload + FB_WIRE_HDR_LEN;
+    if (fiber_buf_reserve(&c->in, chunk) != 0)
+        return 0;
+    return c->in.cap - c->in.len;
+}
+
 int fb_conn_read(struct fb_conn *c)
 {
     /* One recv per call: the caller takes the frames out before reading
      * again, so unparsed input never exceeds one frame plus one chunk, and
      * a peer that floods us cannot make the buffer grow past that. */
-    compact_input(c);
-    if (c->sec)
+    if (c->sec) {
+        compact_input(c);
         return fb_sec_read(c);
-    size_t chunk = READ_CHUNK;
-    if (chunk > (size_t)c->max_payload + FB_WIRE_HDR_LEN)
-        chunk = (size_t)c->max_payload + FB_WIRE_HDR_LEN;
-    if (fiber_buf_reserve(&c->in, chunk) != 0)
+    }
+    if (fb_conn_in_room(c) == 0)
         return FIBER_ENOMEM;
     for (;;) {
         ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len,

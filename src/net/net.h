@@ -67,6 +67,13 @@ void fb_conn_close(struct fb_conn *c);
  * that arrived whole before the failure stay available to fb_conn_next. */
 int fb_conn_read(struct fb_conn *c);
 
+/* Makes room in c->in for one read of a plaintext conn (as fb_conn_read
+ * does, moving unparsed input to the front first): the bytes from
+ * c->in.data + c->in.len on.  Returns how many may be read there, 0 when
+ * out of memory.  A caller that reads into it itself adds what it read to
+ * c->in.len; objclient.c does, so its spin catches a reply in one recv. */
+size_t fb_conn_in_room(struct fb_conn *c);
+
 /* Takes the next complete frame from the input buffer.  Returns 1 with *h
  * and *payload (a view valid until the next read or next call), 0 when no
  * whole frame is buffered yet, or FIBER_EPROTO (c->err says why; the
