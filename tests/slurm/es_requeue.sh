@@ -75,17 +75,7 @@ while :; do
     state=$(field JobState) reason=$(field Reason)
     case $state in
     COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY)
-        # A master that requeues itself was once read as FAILED (1:0)
-        # just after its requeue (Restarts already counted, under ASan):
-        # an end is final only when it lasts 10 s.
-        sleep 10
-        again=$(field JobState)
-        case $again in
-        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY)
-            state=$again
-            break ;;
-        esac
-        echo "master job $id read $state, then $again: going on" ;;
+        break ;;
     PENDING)
         if [ "$reason" = BeginTime ]; then
             scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
