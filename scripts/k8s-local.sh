@@ -11,6 +11,8 @@
 #                                       first if a binary is missing)
 #   scripts/k8s-local.sh stop [--purge] stop it all (exit 0 if not running);
 #                                       --purge also deletes the state dir
+#   scripts/k8s-local.sh bootstrap      (re)create the namespaces and roles of a
+#                                       running cluster (what start does)
 #   scripts/k8s-local.sh status         exit 0 if /readyz answers "ok", else 1
 #   scripts/k8s-local.sh env            print `export ...` lines; use as:
 #                                       eval "$(scripts/k8s-local.sh env)"
@@ -565,6 +567,7 @@ bootstrap() {
       \"metadata\":{\"name\":\"fiber-test\",\"namespace\":\"$NAMESPACE\"},
       \"rules\":[
         {\"apiGroups\":[\"\"],\"resources\":[\"pods\",\"pods/log\",\"pods/status\",\"secrets\",\"persistentvolumeclaims\",\"events\"],\"verbs\":$verbs},
+        {\"apiGroups\":[\"batch\"],\"resources\":[\"jobs\"],\"verbs\":$verbs},
         {\"apiGroups\":[\"events.k8s.io\"],\"resources\":[\"events\"],\"verbs\":$verbs}]}" yes
     ensure_obj "/apis/rbac.authorization.k8s.io/v1/namespaces/$NAMESPACE/rolebindings" fiber-test "{
       \"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",
@@ -838,6 +841,9 @@ case "$cmd" in
     build) do_build ;;
     progress-note) [ $# -eq 1 ] || die "usage: $0 progress-note LOG"; build_note "$1" ;;
     start) do_start ;;
+    bootstrap)
+        readyz || die "the cluster is not running; run '$0 start'"
+        bootstrap ;;
     stop) do_stop "$@" ;;
     status)
         if readyz; then echo "running: $SERVER"; exit 0; else echo "not running"; exit 1; fi ;;

@@ -281,7 +281,9 @@ typedef void (*fiber_stop_fn)(void *user, int sig);
  * master started by `fiber run --requeue` ends with it as soon as its
  * stop callbacks have returned (flushing stdio and stopping its jobs
  * first), and the backend's batch script requeues the run under the same
- * name; a program may also exit with it itself to ask for a requeue. */
+ * name (slurm; on kubernetes the master's Job makes a new pod when the
+ * old one is deleted, whatever its status); a program may also exit with
+ * it itself to ask for a requeue (slurm). */
 #define FIBER_EXIT_REQUEUE 75
 
 /* Registers fn to run once when the master is asked to stop, and arms the
@@ -326,8 +328,10 @@ FIBER_API int fiber_stop_requested(void);
 
 /* Returns how many times this run was restarted after its master was
  * stopped: the configuration key `resumed` (FIBER_RESUMED=<count>, which
- * `fiber run --requeue` sets in a requeued master), else Slurm's
- * SLURM_RESTART_COUNT in a master that runs as a Slurm batch job, else 0.
+ * `fiber run --requeue` sets in a requeued Slurm master; on kubernetes,
+ * the starts the master's Job counted before this one, read at
+ * fiber_init), else Slurm's SLURM_RESTART_COUNT in a master that runs as
+ * a Slurm batch job, else 0.
  * A program that sees a nonzero count loads its checkpoint.  0 in a child
  * job and before fiber_init(). */
 FIBER_API int fiber_resumed(void);
@@ -1752,14 +1756,23 @@ typedef struct fiber_run_opts {
     int signal_s;            /* slurm: ask Slurm for SIGUSR1 this many
                                 seconds before the master's time limit
                                 (sbatch --signal=B:USR1@N), which fires
-                                its stop event; 0 = none; at most 65535 */
+                                its stop event; kubernetes: the master
+                                pod's terminationGracePeriodSeconds (from
+                                its SIGTERM to its SIGKILL); 0 = none /
+                                the cluster's default; at most 65535 */
     int requeue;             /* slurm: the master is requeueable, with the
                                 same run name: pre-emption and scontrol
                                 requeue bring it back, and once its stop
                                 callbacks return after the --signal
                                 warning it ends (FIBER_EXIT_REQUEUE) and
                                 requeues itself; a restarted master has
-                                FIBER_RESUMED=<restarts> (fiber_resumed) */
+                                FIBER_RESUMED=<restarts> (fiber_resumed).
+                                kubernetes: the master is the Job
+                                <run>-master (backoffLimit 0), whose
+                                controller makes a new pod when its pod is
+                                deleted (kubectl delete, a drain,
+                                pre-emption); each start is counted on the
+                                Job, which fiber_resumed() reports */
     fiber_progress_fn progress; /* NULL: quiet; else called with a line per
                                 stage of what the backend must do before
                                 the master can start (docker: building

@@ -102,7 +102,8 @@ def stop_requested():
 
 def resumed():
     """How many times this run was restarted after its master was stopped
-    (``fiber run --requeue``): FIBER_RESUMED, else Slurm's
+    (``fiber run --requeue``): FIBER_RESUMED, or on kubernetes the starts
+    the master's Job counted before this one, else Slurm's
     SLURM_RESTART_COUNT; 0 for a fresh run.  A program that sees a
     nonzero count loads its checkpoint."""
     from . import _runtime

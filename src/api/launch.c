@@ -46,7 +46,9 @@ FIBER_API const char *fiber_run_where(const fiber_run *rc)
     if (!valid(rc))
         return "";
     fiber_run *r = (fiber_run *)rc; /* fills its own text buffer */
-    const char *noun = r->ops && r->ops->job_noun ? r->ops->job_noun : "job";
+    const char *noun = r->noun[0]                   ? r->noun
+                       : r->ops && r->ops->job_noun ? r->ops->job_noun
+                                                    : "job";
     if (r->engine_id[0])
         snprintf(r->where, sizeof r->where, "%s %.*s", noun,
                  strcmp(noun, "container") == 0 ? 12 : 256, r->engine_id);
@@ -179,9 +181,9 @@ FIBER_API int fiber_run_start(fiber_run **out, const char *const *argv,
     if ((o->signal_s || o->requeue) && !ops->can_requeue)
         return fb_err(FIBER_ENOTSUP,
                       "--signal and --requeue are for a master that is a "
-                      "Slurm batch job (--backend slurm); the %s backend "
-                      "has no time limit to warn of and no queue to "
-                      "requeue in",
+                      "Slurm batch job (--backend slurm) or a Kubernetes "
+                      "Job (--backend kubernetes); the %s backend has no "
+                      "time limit to warn of and no queue to requeue in",
                       ops->name);
     if (!ops->start) {
         char can[128];

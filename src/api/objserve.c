@@ -380,9 +380,15 @@ static int on_have(struct fb_oserve *s, struct fb_sconn *c,
             rc = -1;
         }
     }
+    /* settle may drop the last pin of b (this connection's copy of it,
+     * after the master freed the object): b is pinned until it is used. */
+    if (b)
+        fb_blob_pin(b);
     settle(s, c); /* after adding it: waiters may go to the new holder */
     if (b && b->data)
         serve_waiters(s, b);
+    if (b)
+        fb_blob_unpin(b);
     fb_blobs_unlock();
     return rc;
 }

@@ -70,6 +70,18 @@ const struct fb_run_ops *fb_run_ops_at(size_t i)
     return i < FB_ARRAY_LEN(registry) ? registry[i].runs : NULL;
 }
 
+int fb_backend_master_boot(struct fb_config *cfg)
+{
+    const struct fb_backend_ops *ops = fb_backend_find(cfg->backend);
+    int resumed = 0;
+    int rc = !ops ? FIBER_ECONFIG
+             : ops->master_boot ? ops->master_boot(cfg, &resumed)
+                                : 0;
+    if (rc == 0 && resumed > cfg->resumed)
+        cfg->resumed = resumed;
+    return rc;
+}
+
 int fb_job_program(const struct fb_job_spec *spec, char *out, size_t size)
 {
     if (strcmp(spec->program, "/proc/self/exe") == 0) {

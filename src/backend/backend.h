@@ -160,6 +160,15 @@ struct fb_backend_ops {
     /* Frees the job's backend resources.  Called once, after the job ended
      * or after a forced stop.  Must not fail. */
     void (*release_job)(struct fb_backend *be, struct fb_job *job);
+
+    /* Optional (NULL: nothing to do).  In a master that `fiber run
+     * --requeue` started on this backend (FIBER_BOOT_REQUEUE=1), at
+     * fiber_init, before the backend opens: what the engine needs done
+     * at each start of a requeueable master, and how many times the run
+     * was restarted before this start (*resumed, for fiber_resumed()).
+     * May block on the engine for a while (kubernetes: waits for the
+     * previous master's pod to end).  0 or a code: fiber_init fails. */
+    int (*master_boot)(const struct fb_config *cfg, int *resumed);
 };
 
 /* Writes the path of the program spec runs to out: spec->program, with
@@ -191,7 +200,10 @@ const struct fb_backend_ops *fb_backend_find(const char *name);
  * messages. */
 const char *fb_backend_names(void);
 
-/* The wrappers core code uses. */
+/* The wrappers core code uses.  fb_backend_master_boot calls the
+ * backend's master_boot, if it has one, and raises cfg->resumed to what
+ * it says. */
+int fb_backend_master_boot(struct fb_config *cfg);
 int fb_backend_open(struct fb_backend **out, const char *name,
                     const struct fb_config *cfg);
 void fb_backend_close(struct fb_backend *be);

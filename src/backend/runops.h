@@ -50,6 +50,9 @@ struct fiber_run {
     char dir[PATH_MAX];              /* local run directory, or "" */
     int detached, reaped, exit_code; /* local bookkeeping */
     char where[300];                 /* fiber_run_where()'s text */
+    char noun[16];                   /* what engine_id names, when not
+                                        ops->job_noun ("job": a Kubernetes
+                                        Job); "" = job_noun */
     void *priv;                      /* the backend's; freed by release */
 };
 
@@ -59,8 +62,9 @@ struct fb_run_ops {
      * "pod"), for fiber_job_info.engine_kind; NULL reads as "job". */
     const char *job_noun;
     /* 1 when start honours fiber_run_opts.signal_s and .requeue (a
-     * warning signal before the master's time limit, a requeueable
-     * master); fiber_run_start refuses them elsewhere. */
+     * warning before the master is ended: Slurm's signal before the time
+     * limit, a pod's termination grace period; a requeueable master);
+     * fiber_run_start refuses them elsewhere. */
     int can_requeue;
 
     /* fiber_backend_check: one line saying what was found (engine,

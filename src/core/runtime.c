@@ -176,6 +176,9 @@ static int init_master(void)
     rc = fb_build_id(rt.build_id, sizeof rt.build_id);
     if (rc == 0)
         rc = make_run_id();
+    const char *requeue = getenv("FIBER_BOOT_REQUEUE");
+    if (rc == 0 && requeue && strcmp(requeue, "1") == 0)
+        rc = fb_backend_master_boot(&rt.cfg);
     if (rc)
         return rc;
     rt.master = 1;

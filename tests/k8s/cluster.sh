@@ -33,13 +33,22 @@ cache=${K8S_LOCAL_CACHE:-/var/cache/fiber-k8s}
 state=$k8s_dir/fiber-tests
 envfile=$state/env
 
-# admin_delete COLLECTION: deletes fiber's objects of the collection.
+# admin_delete COLLECTION [API]: deletes fiber's objects of the collection
+# (API: the group's path, /api/v1 by default).
 admin_delete() {
     [ -n "${FIBER_K8S_SERVER:-}" ] || return 0
     curl -sS --max-time 20 --cacert "$FIBER_K8S_CA_FILE" \
         -H "Authorization: Bearer $(cat "$K8S_LOCAL_ADMIN_TOKEN_FILE")" \
         -X DELETE -o /dev/null \
-        "$FIBER_K8S_SERVER/api/v1/namespaces/$FIBER_K8S_NAMESPACE/$1?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dfiber&gracePeriodSeconds=0" || true
+        "$FIBER_K8S_SERVER${2:-/api/v1}/namespaces/$FIBER_K8S_NAMESPACE/$1?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dfiber&gracePeriodSeconds=0&propagationPolicy=Background" || true
+}
+
+# Deletes what fiber's tests leave: the Jobs of requeueable masters first
+# (else their controller makes new pods), then pods and Secrets.
+admin_delete_all() {
+    admin_delete jobs /apis/batch/v1
+    admin_delete pods
+    admin_delete secrets
 }
 
 skip() { skip_engine "$*: the kubernetes cases are skipped too"; }
@@ -96,10 +105,11 @@ start)
         touch "$state/stop-cluster"
     fi
     eval "$("$script" env)" || fail "scripts/k8s-local.sh env failed"
+    # A cluster started by an older script lacks the newer roles.
+    "$script" bootstrap 8>&- || fail "scripts/k8s-local.sh bootstrap failed"
     if [ "$(users_count)" -eq 0 ]; then
         # Alone: start afresh, with nothing left from earlier runs.
-        admin_delete pods
-        admin_delete secrets
+        admin_delete_all
     fi
     echo "$PPID" >>"$state/users"
     cat >"$envfile" <<EOT
@@ -126,8 +136,7 @@ stop)
     fi
     if "$script" status >/dev/null 2>&1; then
         eval "$("$script" env)"
-        admin_delete pods
-        admin_delete secrets
+        admin_delete_all
     fi
     rm -f "$envfile"
     if [ -f "$state/stop-cluster" ]; then

@@ -27,7 +27,18 @@ unset ES_REQUEUE_TOOL
 dir=$(mktemp -d "${TMPDIR:-/tmp}/fiber-es-requeue.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 unset FIBER_RESUMED SLURM_RESTART_COUNT 2>/dev/null || true
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# On failure the masters' output and error files (every start of the job
+# appends to them) go to ctest's output before the scratch folder goes.
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "${out:-}" "${err:-}"; do
+        [ -n "$f" ] && [ -f "$f" ] && [ "$f" != "${shown:-}" ] || continue
+        shown=$f
+        echo "--- $f, last 80 lines:" >&2
+        tail -80 "$f" >&2
+    done
+    exit 1
+}
 
 case $CASE in
 time_limit) N=${N:-5000} ;;
@@ -37,11 +48,8 @@ esac
 common="--env cartpole --target 1e9 --workers 2 --seed 11 --iters $N"
 
 # The reference: uninterrupted, on the local backend.
-status=0
-FIBER_BACKEND=local "$ES" $common --checkpoint "$dir/ref.ckpt" \
-    >"$dir/ref.out" 2>&1 || status=$?
-[ $status -eq 1 ] && grep -q "after $N iterations" "$dir/ref.out" ||
-    fail "reference run: status $status: $(tail -3 "$dir/ref.out")"
+. "$(dirname "$0")/../es_reference.sh"
+es_reference "$dir/ref.ckpt"
 
 if [ "$CASE" = time_limit ]; then
     export FIBER_SLURM_TIME_LIMIT=1
@@ -60,7 +68,7 @@ echo "run $run, master job $id"
 
 field() { scontrol -o show job "$id" 2>/dev/null | tr ' ' '\n' |
           sed -n "s/^$1=//p" | head -1; }
-out=$(field StdOut)
+out=$(field StdOut) err=$(field StdErr)
 requeued_by_us=0
 t0=$(date +%s)
 while :; do
@@ -84,7 +92,6 @@ while :; do
     sleep 1
 done
 restarts=$(field Restarts) code=$(field ExitCode)
-err=$(field StdErr)
 cat "$out" "$err" >"$dir/all.txt" 2>/dev/null || true
 echo "master job $id: $state, exit code $code, restarts $restarts, $(($(date +%s) - t0)) s"
 grep -E '^(resumed|stopped|not solved)|stop requested|requeue' "$dir/all.txt" || true

@@ -504,7 +504,9 @@ TEST(bad_run_ids_and_backends_are_refused)
          "/bin/true");
     CHECK_EQ(r.code, 1);
     CHECK_CONTAINS(r.err, "--signal and --requeue are for a master that is "
-                          "a Slurm batch job");
+                          "a Slurm batch job (--backend slurm) or a "
+                          "Kubernetes Job (--backend kubernetes); the local "
+                          "backend");
     /* fiber_run_where names a local master by its pid. */
     fiber_run_opts here = {.backend = "local"};
     CHECK_OK(fiber_run_start(&run, argv, &here));

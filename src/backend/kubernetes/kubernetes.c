@@ -30,7 +30,8 @@
  *     never in the pod spec, where anyone allowed to read pods would see
  *     it;
  *   - is labelled fiber.run=<run> and fiber.role=job (and fiber.job=<id>),
- *     named "<run>-<job id>-<job name>", and, when the master itself runs
+ *     named "<run>-<job id>-<job name>" ("<run>-r<n>-<job id>-<job name>"
+ *     in a master restarted n times: fiber_resumed()), and, when the master itself runs
  *     in a pod of the cluster, owned by the master's pod (an owner
  *     reference), so that deleting the master deletes its workers.
  *
@@ -80,6 +81,7 @@
 #include "backend/backend.h"
 #include "backend/json_util.h"
 #include "backend/kubernetes/k8s_api.h"
+#include "backend/kubernetes/k8s_master.h"
 #include "backend/kubernetes/kubernetes.h"
 #include "core/common.h"
 #include "core/runid.h"
@@ -702,9 +704,7 @@ static int make_secret(struct k8s_state *ks, const struct fb_job_spec *spec)
     return rc;
 }
 
-/* Adds the volumes of k8s_volumes ("claim:/path[:ro],...") to the pod's
- * volumes and the container's mounts. */
-static int add_claims(const char *list, json_t *volumes, json_t *mounts)
+int fb_k8s_add_claims(const char *list, json_t *volumes, json_t *mounts)
 {
     int bad = 0, n = 0;
     for (const char *p = list; *p;) {
@@ -829,7 +829,7 @@ static int pod_of(struct fb_backend *be, const struct fb_job_spec *spec,
                    SECRET_DIR, "readOnly", 1),
          &bad);
     int rc = bad ? fb_err(FIBER_ENOMEM, "out of memory")
-                 : add_claims(be->cfg->k8s_volumes, volumes, mounts);
+                 : fb_k8s_add_claims(be->cfg->k8s_volumes, volumes, mounts);
     char id[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)spec->job_id);
     json_t *p = rc ? NULL : json_pack(
@@ -996,8 +996,15 @@ static int k8s_create_job(struct fb_backend *be,
         rc = make_secret(ks, spec);
     if (rc)
         return rc;
-    snprintf(part, sizeof part, "%s-%llu-%s", ks->run,
-             (unsigned long long)spec->job_id, spec->name);
+    /* A restarted master's jobs (fiber run --requeue) are named apart
+     * from its predecessor's, whose pods may not be gone yet. */
+    if (be->cfg->resumed > 0)
+        snprintf(part, sizeof part, "%s-r%d-%llu-%s", ks->run,
+                 be->cfg->resumed, (unsigned long long)spec->job_id,
+                 spec->name);
+    else
+        snprintf(part, sizeof part, "%s-%llu-%s", ks->run,
+                 (unsigned long long)spec->job_id, spec->name);
     fb_k8s_dns_name(part, pod, sizeof pod);
     json_t *body = NULL;
     rc = pod_of(be, spec, pod, image, program, &body);
@@ -1278,4 +1285,5 @@ const struct fb_backend_ops fb_backend_kubernetes = {
     .begin_batch = k8s_begin_batch,
     .end_batch = k8s_end_batch,
     .release_job = k8s_release_job,
+    .master_boot = fb_k8s_master_boot,
 };

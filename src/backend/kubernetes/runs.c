@@ -227,6 +227,33 @@ static int delete_pod(struct fb_k8s *k, const char *pod, int grace_s)
     return rc;
 }
 
+/* Deletes the Job of run's master (a requeueable master, fiber run
+ * --requeue), if there is one, so that its controller makes no new pod;
+ * its pods stay (orphaned), for the caller to delete.  1 when it was
+ * deleted, 0 when there was none (or the account may not see Jobs: then
+ * it cannot have made one), or a negative code. */
+static int delete_master_job(struct fb_k8s *k, const char *run)
+{
+    char label[48], path[400], what[300];
+    fb_k8s_dns_name(run, label, sizeof label);
+    snprintf(path, sizeof path,
+             "/apis/batch/v1/namespaces/%s/jobs/%s-master"
+             "?propagationPolicy=Orphan",
+             k->ns, label);
+    long status = 0;
+    json_t *reply = NULL;
+    int rc = fb_k8s_json(k, "DELETE", path, NULL, NULL, REQUEST_TIMEOUT_MS,
+                         &status, &reply);
+    if (rc == 0 && (status == 200 || status == 202))
+        rc = 1;
+    else if (rc == 0 && status != 404 && status != 403) {
+        snprintf(what, sizeof what, "deleting Job %s-master", label);
+        rc = fb_k8s_refused(k, FIBER_EBACKEND, what, status, reply);
+    }
+    json_decref(reply);
+    return rc;
+}
+
 /* 1 once pod no longer exists, 0 while it does, or a negative code. */
 static int pod_gone(struct fb_k8s *k, const char *pod)
 {
@@ -282,7 +309,13 @@ static int k8s_kill(const fiber_run_info *r, fiber_buf *rep, int *stopped)
         return rc;
     int grace_ms = fb_runs_grace_ms();
     int grace_s = grace_ms > 0 ? (grace_ms + 999) / 1000 : 1;
-    for (size_t i = 0; i < r->n_jobs; i++) {
+    rc = delete_master_job(&k, r->run);
+    if (rc == 1)
+        fb_runs_report(rep, "deleted Job %s-master (the requeueable "
+                            "master's): no new master pod",
+                       r->run);
+    rc = rc == 1 ? 0 : rc;
+    for (size_t i = 0; rc == 0 && i < r->n_jobs; i++) {
         const fiber_job_info *j = &r->jobs[i];
         if (!is_live_pod(j))
             continue;
@@ -334,6 +367,9 @@ static int k8s_clean(const fiber_run_info *r, int named, fiber_buf *rep)
     FB_UNUSED(named);
     struct fb_k8s k = {0};
     int rc = fb_k8s_open_configured(&k, NULL);
+    if (rc == 0 && !r->alive && (rc = delete_master_job(&k, r->run)) == 1)
+        fb_runs_report(rep, "removed Job %s-master of run %s", r->run, r->run);
+    rc = rc == 1 ? 0 : rc;
     for (size_t i = 0; rc == 0 && i < r->n_jobs; i++) {
         const fiber_job_info *j = &r->jobs[i];
         if (!j->engine_id[0])
@@ -401,6 +437,8 @@ static int k8s_start(const struct fb_run_start *s, struct fiber_run *r)
         args[0] = program;
         rc = fb_k8s_master_start(s->run, args, s->opts, vars, n_vars, image,
                                  r->engine_id, sizeof r->engine_id);
+        if (rc == 0 && s->opts->requeue)
+            fb_strlcpy(r->noun, "job", sizeof r->noun);
     } else {
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     }
@@ -409,20 +447,28 @@ static int k8s_start(const struct fb_run_start *s, struct fiber_run *r)
     return rc;
 }
 
+static int is_job(const struct fiber_run *r)
+{
+    return strcmp(r->noun, "job") == 0;
+}
+
+/* A pod's log is one stream: err_fd only says where a Job's pod follows
+ * another. */
 static int k8s_follow(struct fiber_run *r, int out_fd, int err_fd)
 {
-    FB_UNUSED(err_fd); /* a pod's log is one stream */
-    return fb_k8s_master_follow(r->engine_id, out_fd);
+    return fb_k8s_master_follow(r->engine_id, is_job(r), out_fd, err_fd);
 }
 
 static int k8s_wait(struct fiber_run *r, int timeout_ms, int *exit_code)
 {
-    return fb_k8s_master_wait(r->engine_id, timeout_ms, exit_code);
+    return fb_k8s_master_wait(r->engine_id, is_job(r), timeout_ms,
+                              exit_code);
 }
 
 const struct fb_run_ops fb_run_ops_kubernetes = {
     .name = "kubernetes",
     .job_noun = "pod",
+    .can_requeue = 1,
     .describe = fb_k8s_describe,
     .start = k8s_start,
     .follow = k8s_follow,

@@ -1,0 +1,12 @@
+# es_reference.sh -- sourced by tests/slurm/es_requeue.sh and
+# tests/k8s/es_requeue.sh.  es_reference FILE: the uninterrupted run that
+# a stopped and resumed one must match, on the local backend ("$ES"
+# $common --checkpoint FILE; its output in FILE.out); it must end with
+# status 1 after its $N iterations, else fail (the caller's) says why.
+es_reference() {
+    _status=0
+    FIBER_BACKEND=local "$ES" $common --checkpoint "$1" >"$1.out" 2>&1 ||
+        _status=$?
+    [ $_status -eq 1 ] && grep -q "after $N iterations" "$1.out" ||
+        fail "reference run: status $_status: $(tail -3 "$1.out")"
+}
