@@ -14,12 +14,17 @@ out), and
   parallel efficiency = pool steps/s / (workers x one process's steps/s)
 
 where one process's steps/s comes from the same iterations run in this
-process with no pool (--pool none of es.py).  The iterations are warm: one
+process with no pool (--pool none of es.py).  A perfect pool would take
+the iteration's steps / (workers x one process's steps/s); "a perfect pool
+vs multiprocessing" says how much faster than multiprocessing any pool
+could be at all (1.0: multiprocessing wastes nothing).  The iterations are warm: one
 iteration first, not timed, starts the workers and their noise tables.
 
-The last line is one JSON object: per pool its figures, the ratios of
-fiber's time per iteration against each peer (peer / fiber: above 1 is
-fiber faster), and which pools could not run (Ray not installed).
+The last line is one JSON object: per pool its figures (with a perfect
+pool's s/iteration), the ratios of fiber's time per iteration against
+each peer (peer / fiber: above 1 is fiber faster) and of each peer's
+against a perfect pool's, and which pools could not run (Ray not
+installed).
 """
 import argparse
 import json
@@ -115,6 +120,10 @@ def main():
     for kind, f in figures.items():
         if base and kind != "none":
             f["parallel_efficiency"] = f["steps_per_s"] / (f["workers"] * base["steps_per_s"])
+            # What a perfect pool would take: the steps at one process's
+            # rate on every worker; above it is the pool's cost (and noise).
+            f["ideal_s_per_iteration"] = (f["steps"] / len(f["s_per_iteration"])
+                                          / (f["workers"] * base["steps_per_s"]))
     same = len({t.tobytes() for t in thetas.values()}) <= 1
 
     print("\n%-16s %14s %12s %11s %10s" % ("pool", "s/iteration", "steps/s", "efficiency", "start-up"))
@@ -131,6 +140,12 @@ def main():
                                               / figures["fiber"]["s_per_iteration_median"])
                 print("fiber vs %s: %.2fx (their s/iteration over fiber's)"
                       % (kind, ratios["fiber_vs_" + kind]))
+                f = figures[kind]
+                if "ideal_s_per_iteration" in f:
+                    ratios["ideal_vs_" + kind] = (f["s_per_iteration_median"]
+                                                  / f["ideal_s_per_iteration"])
+                    print("a perfect pool vs %s: %.2fx (the most any pool could gain on it)"
+                          % (kind, ratios["ideal_vs_" + kind]))
     print("policies identical across pools: %s" % same)
     print(json.dumps({"bench": "es_bench", "env": args.env, "population": 2 * args.pairs,
                       "workers": args.workers, "iterations": args.iterations,

@@ -7,8 +7,14 @@ learner process), and Trainer.update() takes the results.
 - mirrored sampling: each perturbation eps is evaluated as theta + sigma eps
   and theta - sigma eps, from the same start state;
 - perturbations are offsets into the shared noise table (es_worker);
-- fitness shaping by centered ranks over all 2n returns;
-- Adam with L2 weight decay;
+- fitness shaping by centered ranks over all 2n returns, and Adam with L2
+  weight decay (update "es", Salimans et al.); or Mania et al. 2018's ARS
+  V2-t step (update "ars", "Simple random search provides a competitive
+  approach to reinforcement learning", arXiv:1803.07055): the raw fitness
+  differences, a plain step lr / (b sigma_R) with sigma_R the standard
+  deviation of the 2b fitnesses used;
+- optionally only the top b pairs (by the better of their two fitnesses)
+  make the step (cfg "top"; 0: all), as ARS V2-t does;
 - observation normalisation: workers return each pair's observation sums,
   the master merges them (in pair order) after the iteration;
 - the state (parameters, Adam, statistics, random stream, history) pickles
@@ -38,6 +44,17 @@ def centered_ranks(x):
     if flat.size > 1:
         ranks /= flat.size - 1
     return (ranks - 0.5).reshape(x.shape)
+
+
+def top_pairs(fitness, top):
+    """Indices (ascending) of the `top` pairs whose better fitness is the
+    highest (ties: the earlier pair); every pair when top is 0 or at least
+    their number."""
+    n = len(fitness)
+    if not top or top >= n:
+        return np.arange(n)
+    best = fitness.max(axis=1)
+    return np.sort(np.argsort(-best, kind="stable")[:top])
 
 
 class ObsStats:
@@ -92,7 +109,8 @@ class Adam:
 class Trainer:
     """One ES learner.  cfg: a dict with env, seed, pairs, sigma, lr, l2,
     hidden (tuple; () = linear), alive_bonus, noise_seed, noise_size,
-    eval_episodes, pairs_per_task.  env_info: (obs_dim, act_dim,
+    eval_episodes, pairs_per_task, and optionally top (pairs kept for the
+    step; 0 or absent: all) and update ("es", the default, or "ars").  env_info: (obs_dim, act_dim,
     discrete, low, high) of cfg["env"]."""
 
     def __init__(self, cfg, env_info, noise=None):
@@ -148,11 +166,9 @@ class Trainer:
         returns = np.array([(p[0], p[1]) for p in pairs], np.float64)
         lengths = np.array([(p[2], p[3]) for p in pairs], np.float64)
         fitness = returns - cfg["alive_bonus"] * lengths
-        shaped = centered_ranks(fitness)
-        weights = shaped[:, 0] - shaped[:, 1]
-        eps = np.stack([self.noise[o:o + dim] for o in offsets]).astype(np.float64)
-        grad = weights @ eps / len(pairs)
-        self.theta += self.adam.step(-grad + cfg["l2"] * self.theta)
+        keep = top_pairs(fitness, cfg.get("top", 0))
+        eps = np.stack([self.noise[offsets[k]:offsets[k] + dim] for k in keep]).astype(np.float64)
+        self.step(fitness[keep], eps)
         for p in pairs:                       # pair order: deterministic
             self.obs.add(float(p[2] + p[3]), p[4], p[5])
         evals = [e for r in results[n_train:] for e in r]
@@ -167,6 +183,22 @@ class Trainer:
                "steps": steps + int(sum(e[1] for e in evals)),
                "timesteps": self.timesteps}
         return rec
+
+    def step(self, fitness, eps):
+        """Moves theta along the pairs' perturbations eps (rows) by their
+        fitnesses (rows of (f+, f-)).  The step size is self.adam.lr for
+        either update (pbt.py changes it there)."""
+        cfg = self.cfg
+        if cfg.get("update", "es") == "ars":
+            spread = fitness.std()
+            if spread == 0:       # every episode scored the same: no direction
+                return
+            grad = (fitness[:, 0] - fitness[:, 1]) @ eps / (len(eps) * spread)
+            self.theta += self.adam.lr * (grad - cfg["l2"] * self.theta)
+            return
+        shaped = centered_ranks(fitness)
+        grad = (shaped[:, 0] - shaped[:, 1]) @ eps / len(eps)
+        self.theta += self.adam.step(-grad + cfg["l2"] * self.theta)
 
     def test_tasks(self, episodes, stream=TEST):
         """Tasks scoring the current policy on `episodes` start states no

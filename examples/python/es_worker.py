@@ -84,11 +84,31 @@ def make_env(name):
                        % (name, package, package, e)) from None
 
 
+# Environments whose reset(seed=s) does not give the same episode again
+# once the instance has run other episodes: a reused BipedalWalker-v3
+# (gymnasium 1.4.0) replays the same seed and actions into another
+# trajectory, while a new instance replays it exactly (its Box2D world is
+# made once and outlives reset; which of its state carries over we did not
+# pin down).  They get a new instance per episode, so that an episode is a
+# function of its seed whichever worker ran what before it.
+FRESH_PER_EPISODE = ("BipedalWalker",)
+
+
 def worker_env(name):
     env = ENVS.get(name)
     if env is None:
         env = ENVS[name] = make_env(name)
     return env
+
+
+def episode_env(name):
+    """The environment for the next episode: the worker's instance, or a
+    new one for the FRESH_PER_EPISODE environments."""
+    if name.startswith(FRESH_PER_EPISODE):
+        old = ENVS.pop(name, None)
+        if old is not None:
+            old.close()
+    return worker_env(name)
 
 
 class Policy:
@@ -195,14 +215,15 @@ def train_task(task):
     per pair, in order: (return+, return-, length+, length-, obs_sum,
     obs_sumsq), the sums over both episodes."""
     env_name, spec, theta, mean, std, sigma, pairs = task
-    env = worker_env(env_name)
     policy = Policy.from_spec(spec)
     dim = policy.num_params
     out = []
     for offset, seed in pairs:
         eps = NOISE[offset:offset + dim]
-        rp, lp, sp, qp = rollout(env, policy, theta + sigma * eps, mean, std, seed, True)
-        rm, lm, sm, qm = rollout(env, policy, theta - sigma * eps, mean, std, seed, True)
+        rp, lp, sp, qp = rollout(episode_env(env_name), policy, theta + sigma * eps,
+                                 mean, std, seed, True)
+        rm, lm, sm, qm = rollout(episode_env(env_name), policy, theta - sigma * eps,
+                                 mean, std, seed, True)
         out.append((rp, rm, lp, lm, sp + sm, qp + qm))
     return out
 
@@ -212,9 +233,9 @@ def eval_task(task):
     theta, mean, std, seeds).  Returns [(return, length)] in seed order;
     observation statistics are not collected."""
     env_name, spec, theta, mean, std, seeds = task
-    env = worker_env(env_name)
     policy = Policy.from_spec(spec)
-    return [rollout(env, policy, theta, mean, std, s, False)[:2] for s in seeds]
+    return [rollout(episode_env(env_name), policy, theta, mean, std, s, False)[:2]
+            for s in seeds]
 
 
 def run_task(task):

@@ -221,3 +221,75 @@ def test_resume_alone_needs_a_checkpoint(gym, tmp_path):
     r = run(ES, ["--env", "CartPole-v1", "--resume", "--iterations", "1"], tmp_path)
     assert r.returncode == 2 and "--resume without a file needs --checkpoint FILE" in r.stderr, \
         r.stdout + r.stderr
+
+
+def test_top_pairs_keeps_the_pairs_with_the_best_episode():
+    sys.path.insert(0, os.path.dirname(ES))
+    try:
+        import es_train
+    finally:
+        sys.path.remove(os.path.dirname(ES))
+    import numpy as np
+    fitness = np.array([[1.0, 5.0], [3.0, 2.0], [4.0, 0.0], [0.0, 0.0], [4.0, -1.0]])
+    assert es_train.top_pairs(fitness, 2).tolist() == [0, 2]      # 5, then the first 4
+    assert es_train.top_pairs(fitness, 3).tolist() == [0, 2, 4]
+    assert es_train.top_pairs(fitness, 0).tolist() == [0, 1, 2, 3, 4]
+    assert es_train.top_pairs(fitness, 9).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_an_ars_run_resumed_continues_identically(gym, tmp_path):
+    """--update ars --top: Mania et al.'s step on the best pairs; stopped
+    after 2 iterations and resumed, it ends where an uninterrupted run does."""
+    common = ["--env", "CartPole-v1", "--seed", "4", "--pool", "fiber", "--workers", "2",
+              "--update", "ars", "--top", "6", "--sigma", "0.2", "--lr", "0.1",
+              "--target", "1e9", "--eval-every", "0", "--test-episodes", "0"]
+    full = run(ES, common + ["--iterations", "5", "--checkpoint", "full.pkl"], tmp_path)
+    assert full.returncode == 1, full.stdout + full.stderr
+    assert "16 mirrored pairs per iteration (top 6 step), update ars" in full.stdout, full.stdout
+    part = run(ES, common + ["--iterations", "2", "--checkpoint", "part.pkl"], tmp_path)
+    assert part.returncode == 1, part.stdout + part.stderr
+    again = run(ES, ["--resume", "part.pkl", "--checkpoint", "part.pkl", "--iterations", "5",
+                     "--workers", "1", "--target", "1e9", "--eval-every", "0",
+                     "--test-episodes", "0"], tmp_path)
+    assert again.returncode == 1 and "resumed part.pkl at iteration 2" in again.stdout, \
+        again.stdout + again.stderr
+    a, b = load(tmp_path / "full.pkl"), load(tmp_path / "part.pkl")
+    assert a["iteration"] == b["iteration"] == 5
+    assert a["theta"].tobytes() == b["theta"].tobytes()
+    assert a["config"]["update"] == b["config"]["update"] == "ars"
+    assert a["config"]["top"] == b["config"]["top"] == 6
+    # the step moved the policy: the run is not a no-op
+    assert a["theta"].any()
+
+    r = run(ES, ["--resume", "part.pkl", "--top", "3"], tmp_path)
+    assert r.returncode == 2 and "--top 3 differs from the checkpoint's 6" in r.stderr, r.stderr
+    r = run(ES, ["--env", "CartPole-v1", "--top", "17", "--iterations", "1"], tmp_path)
+    assert r.returncode == 2 and "--top 17 must be between 0 (all pairs) and --pairs 16" in r.stderr, \
+        r.stderr
+
+
+def test_a_bipedal_episode_is_a_function_of_its_seed(gym):
+    """A reused BipedalWalker-v3 replays a seed into another episode once
+    it has run others; es_worker gives it a new instance per episode, so a
+    pair scores the same whatever the worker ran before."""
+    if importlib.util.find_spec("Box2D") is None:
+        pytest.skip("Box2D is not installed (gymnasium[box2d]; scripts/examples-env.sh)")
+    import numpy as np
+    sys.path.insert(0, os.path.dirname(ES))
+    try:
+        import es_worker as W
+    finally:
+        sys.path.remove(os.path.dirname(ES))
+    W.init_worker(12345, 2 ** 16)
+    policy = W.Policy(24, 4, (), False, [-1.0] * 4, [1.0] * 4)
+    theta = np.random.default_rng(0).standard_normal(96).astype(np.float32)
+    obs = (np.zeros(24, np.float32), np.ones(24, np.float32))
+
+    def task(pairs):
+        return ("BipedalWalker-v3", policy.spec(), theta) + obs + (np.float32(0.5), pairs)
+
+    first = W.train_task(task([(10, 5)]))[0]
+    W.train_task(task([(99, 7), (50, 8)]))
+    again = W.train_task(task([(10, 5)]))[0]
+    assert first[:4] == again[:4]
+    assert first[4].tobytes() == again[4].tobytes()
