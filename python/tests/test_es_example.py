@@ -193,15 +193,19 @@ def test_a_run_stopped_by_the_cluster_and_restarted_ends_identically(gym, tmp_pa
     rest, _ = proc.communicate(timeout=120)
     out = "".join(seen) + rest
     assert proc.returncode == (75 if requeue else 3), out
-    # The loop may end (and save) before the stop callback runs; a requeued
-    # master ends right after the callback, so there it must have saved.
-    m = re.search(r"es: stop requested \(signal 15\): saved iteration (\d+)", out)
-    assert m or not requeue, out
-    assert not m or 3 <= int(m.group(1)) < 12, out
+    # Either the stop callback saved (on fiber's stop thread), or the loop
+    # saw fiber.stop_requested() first and saved between iterations (on a
+    # loaded machine the stop thread can be that late; the guard is then
+    # disarmed, the callback saves nothing, and a requeued master still
+    # ends with 75 once it has run).  At least one of them saved.
+    cb = re.search(r"es: stop requested \(signal 15\): saved iteration (\d+)", out)
+    loop = re.search(r"stopped by signal 15 after iteration (\d+)", out)
+    assert cb or loop, out
+    for m in (cb, loop):
+        assert not m or 3 <= int(m.group(1)) < 12, out
     if not requeue:
-        m = re.search(r"stopped by signal 15 after iteration (\d+)", out)
-        assert m and 3 <= int(m.group(1)) < 12, out
-        assert load(tmp_path / "stop.pkl")["iteration"] == int(m.group(1))
+        assert loop, out
+        assert load(tmp_path / "stop.pkl")["iteration"] == int(loop.group(1))
     m = re.match(r"(\d+)", str(load(tmp_path / "stop.pkl")["iteration"]))  # resumed from
 
     env.pop("FIBER_BOOT_REQUEUE", None)
