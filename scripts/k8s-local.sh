@@ -341,6 +341,19 @@ our_pid() {
     echo "$pid"
 }
 
+# launched_alive NAME: the NAME this script has just launched (its pid file)
+# is running.  Not our_pid: until the launching subshell has exec'd the
+# binary, its command line is still this script's, without $DIR/, and a
+# check that fast read a daemon that was starting as one that had exited
+# (CI, 1 Dec 2026: "etcd exited" while etcd came up).  A zombie has exited.
+launched_alive() {
+    local pid state
+    pid=$(cat "$(pidfile "$1")" 2>/dev/null) || return 1
+    [ -n "$pid" ] || return 1
+    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # stray_pids: processes of ours (etcd and the kube-* binaries whose args mention $DIR/)
 stray_pids() {
     local p exe cmd
@@ -482,7 +495,7 @@ start_etcd() {
         if curl -s --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
             return 0
         fi
-        our_pid etcd >/dev/null || { tail -n 30 "$DIR/logs/etcd.log" >&2; die "etcd exited (log: $DIR/logs/etcd.log)"; }
+        launched_alive etcd || { tail -n 30 "$DIR/logs/etcd.log" >&2; die "etcd exited (log: $DIR/logs/etcd.log)"; }
         sleep 0.5
     done
     tail -n 30 "$DIR/logs/etcd.log" >&2
@@ -535,7 +548,7 @@ wait_ready() {
     local end=$((SECONDS + READY_TIMEOUT))
     while [ $SECONDS -lt $end ]; do
         readyz && return 0
-        our_pid kube-apiserver >/dev/null || { log "kube-apiserver exited"; return 1; }
+        launched_alive kube-apiserver || { log "kube-apiserver exited"; return 1; }
         sleep 1
     done
     return 1
@@ -728,8 +741,8 @@ wait_node() {
             sa=yes
         fi
         [ -n "$ready" ] && [ -n "$sa" ] && return 0
-        our_pid kubelet >/dev/null || { tail -n 30 "$DIR/logs/kubelet.log" >&2; die "the kubelet exited (log: $DIR/logs/kubelet.log)"; }
-        our_pid kube-controller-manager >/dev/null || { tail -n 30 "$DIR/logs/kube-controller-manager.log" >&2; die "kube-controller-manager exited"; }
+        launched_alive kubelet || { tail -n 30 "$DIR/logs/kubelet.log" >&2; die "the kubelet exited (log: $DIR/logs/kubelet.log)"; }
+        launched_alive kube-controller-manager || { tail -n 30 "$DIR/logs/kube-controller-manager.log" >&2; die "kube-controller-manager exited"; }
         sleep 1
     done
     [ -n "$ready" ] || { tail -n 30 "$DIR/logs/kubelet.log" >&2; die "node $NODE_NAME not Ready after ${READY_TIMEOUT} s (log: $DIR/logs/kubelet.log)"; }
