@@ -296,6 +296,10 @@ int fb_queue_create_on(fiber_queue **out, const char *addr,
 int fb_queue_attach(fiber_queue **out, const char *addr, const uint8_t *token,
                     uint32_t obj);
 uint32_t fb_queue_obj(const fiber_queue *q);
+/* The checks of a message about to be put on a queue or sent on a pipe:
+ * data given with its length, and room for it within max_message_bytes.
+ * 0, or FIBER_EINVAL / FIBER_ETOOBIG with the reason. */
+int fb_message_check(const void *data, size_t len);
 void fb_queue_disown(fiber_queue *q);
 /* For tests (pipe.c): 1 when p is linked directly, 0 if not; where it
  * listens while it waits for the other end ("" when it does not). */

@@ -661,13 +661,9 @@ FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
     if (!p->send)
         return fb_err(FIBER_ENOTSUP, "this end of a one-way pipe only "
                                      "receives");
-    if (len && !data)
-        return fb_err(FIBER_EINVAL, "data is NULL with a length");
-    uint32_t max = fb_rt_config()->max_message_bytes;
-    if (len > max - 64)
-        return fb_err(FIBER_ETOOBIG,
-                      "a message of %zu bytes exceeds max_message_bytes (%u)",
-                      len, max);
+    rc = fb_message_check(data, len);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&p->mu);
     rc = progress(p, 0);
     if (rc == 0 && p->closed)

@@ -147,12 +147,8 @@ FIBER_API int fiber_queue_create(fiber_queue **out, size_t capacity)
 
 /* ---- putting ------------------------------------------------------------- */
 
-FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
-                              int timeout_ms)
+int fb_message_check(const void *data, size_t len)
 {
-    int rc = check_queue(q);
-    if (rc)
-        return rc;
     if (len && !data)
         return fb_err(FIBER_EINVAL, "data is NULL with a length");
     uint32_t max = fb_rt_config()->max_message_bytes;
@@ -160,6 +156,17 @@ FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
         return fb_err(FIBER_ETOOBIG,
                       "a message of %zu bytes exceeds max_message_bytes (%u)",
                       len, max);
+    return 0;
+}
+
+FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
+                              int timeout_ms)
+{
+    int rc = check_queue(q);
+    if (rc == 0)
+        rc = fb_message_check(data, len);
+    if (rc)
+        return rc;
     fiber_iov item = {data, len};
     if (timeout_ms >= 0)
         return named(q, fb_ocall(q->h.c, q->h.obj, FB_QOP_PUT, timeout_ms,
