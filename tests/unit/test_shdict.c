@@ -728,11 +728,12 @@ TEST(a_process_killed_at_each_crash_point)
     }
 }
 
-/* Random sets and dels of k0..k99: op number c->i from c->seed, on d (if
- * not NULL) and m (if not NULL). */
+/* Random sets and dels of keys who0..who99: op number c->i from c->seed,
+ * on d (if not NULL) and m (if not NULL). */
 struct churn {
     uint64_t seed;
     int i;
+    char who;
 };
 
 static void churn_step(const struct fb_shdict *d, struct model *m,
@@ -740,7 +741,7 @@ static void churn_step(const struct fb_shdict *d, struct model *m,
 {
     char k[16], v[200];
     uint64_t r = rnd(&c->seed);
-    int kl = snprintf(k, sizeof k, "k%d", (int)(r % 100));
+    int kl = snprintf(k, sizeof k, "%c%d", c->who, (int)(r % 100));
     size_t vl = (size_t)snprintf(v, sizeof v, "%d-", c->i);
     memset(v + vl, 'a' + c->i % 26, (r >> 24) % 150);
     vl += (r >> 24) % 150;
@@ -760,54 +761,79 @@ static void churn_step(const struct fb_shdict *d, struct model *m,
     }
 }
 
-TEST(a_process_killed_at_random_times)
+enum { CHURN_OPS = 4000 };
+
+/* Finds the prefix of c's operations that left the dict's keys of c->who
+ * as they are (c and m then stand after it); fails if there is none. */
+static int churn_find(const struct fb_shdict *d, struct churn *c,
+                      struct model *m)
 {
-    enum { OPS = 4000 };
+    fiber_buf got = {0}, snap = {0};
+    size_t shared;
+    int found = -1;
+    dict_snapshot_of(d, c->who, &got, &shared);
+    for (int j = 0; j <= CHURN_OPS && found < 0; j++) {
+        m_snapshot(m, &snap);
+        if (buf_same(&snap, &got))
+            found = j;
+        else if (j < CHURN_OPS)
+            churn_step(NULL, m, c);
+    }
+    if (found < 0)
+        TH_FAIL("the keys of %c are no state its operations could leave",
+                c->who);
+    fiber_buf_free(&got);
+    fiber_buf_free(&snap);
+    return found;
+}
+
+/* Two children churn keys of their own, each mapping the memfd; both are
+ * killed at random times, one while the other may wait for the lock. */
+TEST(processes_killed_at_random_times)
+{
     uint64_t seed = 0xC0FFEE1234567ULL;
-    int killed_in_lock = 0;
+    int mid_way = 0;
     for (int trial = 0; trial < 40; trial++) {
         struct fb_shdict d = dict_new((size_t)64 << 20, 0);
-        uint64_t s = rnd(&seed);
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) {
-            struct fb_shdict mine = view_of(d.fd, d.reserve, d.off);
-            struct churn c = {s, 0};
-            while (c.i < OPS)
-                churn_step(&mine, NULL, &c);
-            _exit(0);
+        struct churn c[2] = {{rnd(&seed), 0, 'A'}, {rnd(&seed), 0, 'B'}};
+        pid_t pid[2];
+        for (int p = 0; p < 2; p++) {
+            CHECK((pid[p] = fork()) >= 0);
+            if (pid[p] == 0) {
+                struct fb_shdict mine = view_of(d.fd, d.reserve, d.off);
+                while (c[p].i < CHURN_OPS)
+                    churn_step(&mine, NULL, &c[p]);
+                _exit(0);
+            }
         }
-        usleep((useconds_t)(rnd(&seed) % 3000));
-        kill(pid, SIGKILL);
-        int st;
-        CHECK(waitpid(pid, &st, 0) == pid);
-        /* The dict must be the model after some prefix of the ops. */
-        fiber_buf got = {0}, snap = {0};
-        struct model m = {0};
-        struct churn c = {s, 0};
-        dict_snapshot(&d, &got);
-        int found = -1;
-        for (int j = 0; j <= OPS && found < 0; j++) {
-            m_snapshot(&m, &snap);
-            if (buf_same(&snap, &got))
-                found = j;
-            else if (j < OPS)
-                churn_step(NULL, &m, &c);
+        for (int p = 0; p < 2; p++) {
+            int st;
+            usleep((useconds_t)(rnd(&seed) % 4000));
+            kill(pid[p], SIGKILL);
+            CHECK(waitpid(pid[p], &st, 0) == pid[p]);
+            CHECK(WIFSIGNALED(st) || (WIFEXITED(st) && !WEXITSTATUS(st)));
         }
-        if (found < 0)
-            TH_FAIL("trial %d: the dict is no state the operations could "
-                    "leave", trial);
+        struct model m[2] = {{0}, {0}};
+        for (int p = 0; p < 2; p++) /* c[p] is still at op 0 here */
+            mid_way += churn_find(&d, &c[p], &m[p]) < CHURN_OPS;
         CHECK_OK(fb_shdict_check(&d));
-        while (c.i < OPS) /* the rest, done by us */
-            churn_step(&d, &m, &c);
-        check_model(&d, &m);
-        killed_in_lock += WIFSIGNALED(st) && found < OPS;
-        fiber_buf_free(&got);
-        fiber_buf_free(&snap);
-        m_free(&m);
+        CHECK_EQ(len_of(&d), m[0].n + m[1].n);
+        for (int p = 0; p < 2; p++) { /* the rest, done by us */
+            while (c[p].i < CHURN_OPS)
+                churn_step(&d, &m[p], &c[p]);
+            fiber_buf got = {0}, want = {0};
+            size_t shared;
+            dict_snapshot_of(&d, c[p].who, &got, &shared);
+            m_snapshot(&m[p], &want);
+            CHECK(buf_same(&got, &want));
+            fiber_buf_free(&got);
+            fiber_buf_free(&want);
+            m_free(&m[p]);
+        }
+        CHECK_OK(fb_shdict_check(&d));
         dict_free(&d);
     }
-    fprintf(stderr, "%d of 40 children killed mid-way\n", killed_in_lock);
+    fprintf(stderr, "%d of 80 children killed mid-way\n", mid_way);
 }
 
 /* The lock left unrecoverable (a holder died and the next one released it
@@ -854,8 +880,8 @@ static uint64_t *hdr_u64(const struct fb_shdict *d, size_t at)
 }
 
 /* Every operation fails with FIBER_EPROTO or another code it may return,
- * and at least one with FIBER_EPROTO (if must). */
-static void ops_survive(const struct fb_shdict *d, int must)
+ * and at least one with FIBER_EPROTO (if must).  Returns 1 if one did. */
+static int ops_survive(const struct fb_shdict *d, int must)
 {
     fiber_buf out = {0};
     size_t n;
@@ -880,6 +906,7 @@ static void ops_survive(const struct fb_shdict *d, int must)
     if (must && !proto)
         TH_FAIL("no operation saw the corruption");
     fiber_buf_free(&out);
+    return proto;
 }
 
 static struct fb_shdict corrupt_new(void)
@@ -968,7 +995,10 @@ TEST(a_corrupt_region_is_eproto)
 
 TEST(random_scribbles_never_crash)
 {
-    uint64_t seed = 0x1234567887654321ULL;
+    /* TEST_SHDICT_SEED picks other scribbles (a soak runs many). */
+    const char *env = getenv("TEST_SHDICT_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 0) | 1 : 0x1234567887654321ULL;
+    int seen = 0;
     for (int round = 0; round < 600; round++) {
         struct fb_shdict d = corrupt_new();
         uint64_t top = *hdr_u64(&d, H_TOP);
@@ -979,10 +1009,11 @@ TEST(random_scribbles_never_crash)
                 continue;
             d.base[at] = (uint8_t)rnd(&seed);
         }
-        ops_survive(&d, 0);
+        seen += ops_survive(&d, 0);
         ops_survive(&d, 0);
         dict_free(&d);
     }
+    fprintf(stderr, "%d of 600 scribbled dicts seen corrupt\n", seen);
 }
 
 TH_MAIN()
