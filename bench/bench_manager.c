@@ -11,10 +11,14 @@
  *     uncontended lock (Python: lock.acquire(); lock.release()).
  * Both are synchronous calls, two round trips to the manager per pair.
  *
- * The calls are made from the master.  A child makes the same calls over
- * the same kind of connection (each process dials the manager directly,
- * a unix socket locally), so the figures stand for any client process;
- * the peer, likewise, calls its Manager from its main process.
+ * The calls are made from the master.  A child makes the same calls the
+ * same way (each process dials the manager directly, a unix socket
+ * locally, and maps the objects' shared memory, mshm.h), so the figures
+ * stand for any local client process; the peer, likewise, calls its
+ * Manager from its main process.  The fiber figures are measured twice:
+ * as a local client makes them (in shared memory), and with
+ * manager_shm off, over the socket, as a client in another container
+ * or on another host (whose network this does not include) does.
  *
  * Then the kernel's floor: the same pairs of round trips made by a bare C
  * echo over a unix socketpair, both sides blocking in recv() (see
@@ -24,18 +28,22 @@
  * The peer (peer/manager_peer.py) runs in the same invocation unless
  * --no-peer.  Output: a table on stdout, then as the LAST line one JSON
  * object: dict_set_get_median_us, lock_pair_median_us (and their p99s),
- * dict_async_ops_per_s, socket_floor_pair_median_us, the peer's under
- * "peer".
+ * dict_async_ops_per_s, shared_memory (1 if the handles were), the same
+ * figures over the socket under "socket", socket_floor_pair_median_us,
+ * the peer's under "peer".
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fiber/fiber.h>
+
+#include "api/objsrv.h" /* fb_mobj_shared */
 
 #include "bench_common.h"
 
@@ -109,21 +117,28 @@ static int async_rate(fiber_mobj *d, double *ops_per_s)
     return rc;
 }
 
-static int run_fiber(const struct bench_calls_options *o, struct figures *f)
+/* The fiber figures, over the socket when !shared; *is_shared says
+ * whether the handles were in shared memory. */
+static int run_fiber(const struct bench_calls_options *o, struct figures *f,
+                     int shared, int *is_shared)
 {
     fiber_manager *m;
     fiber_mobj *d = NULL, *l = NULL;
+    const char *path = shared ? "local" : "socket";
     if (fiber_manager_start(&m, NULL) != 0) {
         fprintf(stderr, PROG ": fiber_manager_start: %s\n",
                 fiber_last_error());
         return -1;
     }
+    /* Read at each handle's first call: kept until the run ends. */
+    fiber_config_set("manager_shm", shared ? "true" : "false");
     int rc = fiber_manager_dict(m, "bench-dict", &d) == 0 &&
                      fiber_manager_lock(m, "bench-lock", &l) == 0
                  ? 0
                  : -1;
     if (rc)
         fprintf(stderr, PROG ": opening objects: %s\n", fiber_last_error());
+    *is_shared = rc == 0 && fb_mobj_shared(d) && fb_mobj_shared(l);
     struct dict_ctx dc = {d, {0}};
     if (rc == 0)
         rc = bench_time_calls(PROG, "dict pair", dict_pair, &dc, o->warmup,
@@ -134,8 +149,10 @@ static int run_fiber(const struct bench_calls_options *o, struct figures *f)
     if (rc == 0)
         rc = async_rate(d, &f->async_ops_per_s);
     if (rc == 0)
-        printf("fiber  dict set, %d async calls in flight: %.0f ops/s\n",
+        printf("fiber (%s, %s) dict set, %d async calls in flight: %.0f "
+               "ops/s\n", path, *is_shared ? "shared memory" : "socket",
                ASYNC_WINDOW, f->async_ops_per_s);
+    fiber_config_set("manager_shm", "true");
     fiber_buf_free(&dc.got);
     fiber_mobj_free(d);
     fiber_mobj_free(l);
@@ -212,13 +229,18 @@ static void print_row(const char *what, const struct bench_latency *f,
         printf(" %12s %12s %11s\n", "-", "-", "-");
 }
 
-static void print_table(const struct figures *f, const struct figures *p,
+static void print_table(const struct figures *f, const struct figures *s,
+                        const struct figures *p,
                         const struct bench_latency *floor)
 {
     printf("\n%-18s %12s %12s %12s %12s %11s\n", "pair", "fiber med us",
            "fiber p99 us", "mp med us", "mp p99 us", "med x");
     print_row("dict set+get", &f->dict, p ? &p->dict : NULL);
     print_row("lock acquire+rel", &f->lock, p ? &p->lock : NULL);
+    if (s) {
+        print_row("dict, socket", &s->dict, p ? &p->dict : NULL);
+        print_row("lock, socket", &s->lock, p ? &p->lock : NULL);
+    }
     if (floor)
         printf("%-18s %12.1f %12.1f   (2 round trips of a bare C echo over "
                "a unix socketpair)\n", "socket floor", floor->median_us,
@@ -256,11 +278,15 @@ int main(int argc, char **argv)
     printf(PROG ": fiber %s, local backend, calls from the master, %ld "
            "pairs after %ld warm-up\n", fiber_version(), o.calls, o.warmup);
     fflush(stdout);
-    struct figures f, p, *pp = NULL;
-    if (run_fiber(&o, &f) != 0) {
+    struct figures f, s, p, *pp = NULL;
+    int shared = 0, sock_shared = 1;
+    if (run_fiber(&o, &f, 1, &shared) != 0 ||
+        run_fiber(&o, &s, 0, &sock_shared) != 0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
+    printf("fiber's local handles %s in shared memory\n",
+           shared ? "were" : "were NOT");
     struct bench_latency floor, *fl = NULL;
     if (run_floor(&o, &floor) == 0)
         fl = &floor;
@@ -269,10 +295,14 @@ int main(int argc, char **argv)
     if (bench_peer_calls(PROG, "manager_peer.py", &o, figure_keys, N_FIGURES,
                          &p))
         pp = &p;
-    print_table(&f, pp, fl);
+    print_table(&f, &s, pp, fl);
     /* The peer has no async figure (the last key): Manager calls block. */
     bench_json_open(NULL);
     bench_json_write(figure_keys, N_FIGURES, &f);
+    bench_json_long("shared_memory", shared);
+    bench_json_open("socket");
+    bench_json_write(figure_keys, N_FIGURES, &s);
+    bench_json_close();
     if (fl)
         bench_json_num("socket_floor_pair_median_us", 2, fl->median_us);
     else

@@ -9,14 +9,28 @@
  * A call that the object cannot answer yet waits on the server (see
  * mobj_srv.c): a timeout of 0 that would wait fails at once with
  * FIBER_EAGAIN, a positive one with FIBER_ETIMEDOUT when it passes.
+ *
+ * In shared memory.  A handle on a dict, value, lock or rlock whose
+ * manager is on this host (a unix socket) maps the object's segment when
+ * it is opened (M_SHARE, mshm.h) and makes its calls itself on it, with
+ * the results, errors and texts the manager would give; a call with a
+ * future gets one that is already resolved.  An asynchronous acquire
+ * still goes to the manager, which parks it.  Where the segment cannot
+ * be mapped (another pid namespace, the configuration's manager_shm off)
+ * the handle stays on the socket.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/mobj_ops.h"
+#include "api/mshm.h"
 #include "api/objsrv.h"
+#include "api/shdict.h"
 #include "core/common.h"
+#include "core/log.h"
+#include "core/runtime.h"
 #include "core/task.h"
 
 #define MOBJ_MAGIC 0x4d4f424au /* "MOBJ" */
@@ -50,6 +64,12 @@ struct fiber_mobj {
     uint32_t magic;
     int kind; /* enum mkind */
     struct fb_ohandle h;
+    int shm;          /* 1: calls are made in m (d for a dict); 0 not
+                         tried yet; -1 on the socket.  Set once, under mu */
+    pthread_mutex_t mu;
+    struct fb_mshm m;
+    struct fb_shdict d;
+    uint32_t conn_id; /* this process's id on the manager: lock owner */
 };
 
 static int check(const fiber_mobj *o, unsigned kinds, const char *fn)
@@ -81,6 +101,64 @@ static uint64_t thread_id(void)
     return mine;
 }
 
+/* The segment kind of a kind kept in shared memory, else 0. */
+static int shm_kind(int kind)
+{
+    switch (kind) {
+    case MK_DICT: return FB_MSHM_DICT;
+    case MK_VALUE: return FB_MSHM_VALUE;
+    case MK_LOCK: return FB_MSHM_LOCK;
+    case MK_RLOCK: return FB_MSHM_RLOCK;
+    default: return 0;
+    }
+}
+
+/* Maps o's segment when its manager is on this host; on any failure o
+ * stays on the socket (why is logged), which gives the same results. */
+static void shm_attach(fiber_mobj *o)
+{
+    int sk = shm_kind(o->kind);
+    if (!sk || strncmp(o->h.addr, "unix:", 5) != 0 ||
+        !fb_rt_config()->manager_shm)
+        return;
+    struct fb_oresult r = {0};
+    const void *d;
+    size_t len;
+    int rc = fb_ocall(o->h.c, o->h.obj, M_SHARE, -1, NULL, 0, &r);
+    if (rc == 0 && fb_oresult_item(&r, 0, &d, &len) != 0)
+        rc = fb_err(FIBER_EPROTO, "M_SHARE answered nothing");
+    if (rc == 0)
+        rc = fb_mshm_attach(&o->m, d, len, sk, &o->conn_id);
+    fb_oresult_free(&r);
+    if (rc) {
+        fb_log_debug("manager: %s %u on %s stays on the socket: %s",
+                     mkinds[o->kind]->name, o->h.obj, o->h.addr,
+                     fiber_last_error());
+        fb_err_clear();
+        return;
+    }
+    o->d = (struct fb_shdict){(uint8_t *)o->m.h, o->m.map_len, o->m.fd,
+                              FB_MSHM_HDR};
+    __atomic_store_n(&o->shm, 1, __ATOMIC_RELEASE);
+}
+
+/* 1 when o's calls are made in shared memory: maps the segment at o's
+ * first call (a handle opened and never used costs no round trip). */
+static int local(fiber_mobj *o)
+{
+    int s = __atomic_load_n(&o->shm, __ATOMIC_ACQUIRE);
+    if (s)
+        return s > 0;
+    pthread_mutex_lock(&o->mu);
+    if (!o->shm) {
+        shm_attach(o);
+        if (o->shm != 1)
+            __atomic_store_n(&o->shm, -1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return o->shm > 0;
+}
+
 static int mobj_attach(fiber_mobj **out, int kind, const char *addr,
                        const uint8_t *token, uint32_t obj)
 {
@@ -94,6 +172,10 @@ static int mobj_attach(fiber_mobj **out, int kind, const char *addr,
     }
     o->magic = MOBJ_MAGIC;
     o->kind = kind;
+    o->m.fd = -1;
+    pthread_mutex_init(&o->mu, NULL);
+    if (!shm_kind(kind))
+        o->shm = -1;
     *out = o;
     return 0;
 }
@@ -110,6 +192,11 @@ int fb_mobj_create(fiber_mobj **out, struct fb_oclient *c, const char *addr,
     uint32_t id;
     int rc = fb_oopen(c, kind, name, params, n, &id);
     return rc ? rc : mobj_attach(out, k, addr, token, id);
+}
+
+int fb_mobj_shared(const fiber_mobj *o)
+{
+    return o && o->magic == MOBJ_MAGIC && local((fiber_mobj *)o);
 }
 
 FIBER_API int fiber_mobj_serialize(fiber_mobj *o, fiber_buf *out)
@@ -142,6 +229,9 @@ FIBER_API void fiber_mobj_free(fiber_mobj *o)
     if (!o || o->magic != MOBJ_MAGIC)
         return;
     o->magic = 0;
+    if (o->shm > 0)
+        fb_mshm_detach(&o->m);
+    pthread_mutex_destroy(&o->mu);
     fb_ohandle_close(&o->h);
     free(o);
 }
@@ -217,6 +307,50 @@ static int mcall_owned(fiber_mobj *o, int32_t op, int timeout_ms,
     return mcall(o, op, timeout_ms, &item, 1, NULL, f);
 }
 
+/* ---- calls in shared memory ---- */
+
+/* The end of a call made in shared memory with status rc and, with
+ * has_item, its answer (item, len): with f, a resolved future (and 0);
+ * without, rc. */
+static int local_done(fiber_mobj *o, int rc, const void *item, size_t len,
+                      int has_item, fiber_future **f)
+{
+    /* A manager gone (or the object freed) fails the call itself, as a
+     * call that cannot be sent does. */
+    if (!f || rc == FIBER_ECLOSED)
+        return rc;
+    return fb_ocall_resolved(o->h.c, rc, item, len, has_item && rc == 0, f);
+}
+
+/* The same for an int64 answer, stored in *v (may be NULL) without f. */
+static int local_i64(fiber_mobj *o, int rc, int64_t x, int64_t *v,
+                     fiber_future **f)
+{
+    if (rc == 0 && !f && v)
+        *v = x;
+    return local_done(o, rc, &x, sizeof x, 1, f);
+}
+
+/* A dict call's answer to out (sync) or a future (async). */
+static int local_buf(fiber_mobj *o, int rc, fiber_buf *tmp, fiber_future **f)
+{
+    rc = local_done(o, rc, tmp->data, tmp->len, 1, f);
+    fiber_buf_free(tmp);
+    return rc;
+}
+
+/* 0 when o's segment may be used (else FIBER_ECLOSED, named). */
+static int usable(const fiber_mobj *o)
+{
+    return fb_mshm_usable(&o->m, mkinds[o->kind]->name);
+}
+
+/* The owner word of the calling thread (mshm.h). */
+static uint64_t local_owner(const fiber_mobj *o)
+{
+    return (uint64_t)o->conn_id << 32 | (uint32_t)thread_id();
+}
+
 /* ---- dict ---- */
 
 FIBER_API int fiber_dict_set(fiber_mobj *d, const void *key, size_t klen,
@@ -227,6 +361,12 @@ FIBER_API int fiber_dict_set(fiber_mobj *d, const void *key, size_t klen,
         rc = bytes_ok(key, klen, __func__);
     if (rc == 0)
         rc = bytes_ok(val, vlen, __func__);
+    if (rc == 0 && local(d)) {
+        rc = usable(d);
+        if (rc == 0)
+            rc = fb_shdict_set(&d->d, key, klen, val, vlen);
+        return local_done(d, rc, NULL, 0, 0, f);
+    }
     fiber_iov items[2] = {{key, klen}, {val, vlen}};
     return rc ? rc : mcall(d, D_SET, -1, items, 2, NULL, f);
 }
@@ -237,6 +377,15 @@ FIBER_API int fiber_dict_get(fiber_mobj *d, const void *key, size_t klen,
     int rc = check(d, BIT(MK_DICT), __func__);
     if (rc == 0)
         rc = bytes_ok(key, klen, __func__);
+    if (rc == 0 && local(d)) {
+        fiber_buf tmp = {0};
+        rc = usable(d);
+        if (rc == 0 && out && !f)
+            return fb_shdict_get(&d->d, key, klen, out);
+        if (rc == 0)
+            rc = fb_shdict_get(&d->d, key, klen, &tmp);
+        return local_buf(d, rc, &tmp, f);
+    }
     fiber_iov item = {key, klen};
     return rc ? rc : mcall(d, D_GET, -1, &item, 1, out, f);
 }
@@ -247,6 +396,12 @@ FIBER_API int fiber_dict_del(fiber_mobj *d, const void *key, size_t klen,
     int rc = check(d, BIT(MK_DICT), __func__);
     if (rc == 0)
         rc = bytes_ok(key, klen, __func__);
+    if (rc == 0 && local(d)) {
+        rc = usable(d);
+        if (rc == 0)
+            rc = fb_shdict_del(&d->d, key, klen);
+        return local_done(d, rc, NULL, 0, 0, f);
+    }
     fiber_iov item = {key, klen};
     return rc ? rc : mcall(d, D_DEL, -1, &item, 1, NULL, f);
 }
@@ -255,8 +410,15 @@ FIBER_API int fiber_dict_len(fiber_mobj *d, size_t *n, fiber_future **f)
 {
     int64_t v = 0;
     int rc = check(d, BIT(MK_DICT), __func__);
-    if (rc == 0)
+    if (rc == 0 && local(d)) {
+        size_t k = 0;
+        rc = usable(d);
+        if (rc == 0)
+            rc = fb_shdict_len(&d->d, &k);
+        rc = local_i64(d, rc, (int64_t)k, &v, f);
+    } else if (rc == 0) {
         rc = mcall_i64(d, D_LEN, -1, NULL, 0, &v, f);
+    }
     if (rc == 0 && !f && n)
         *n = (size_t)v;
     return rc;
@@ -265,6 +427,15 @@ FIBER_API int fiber_dict_len(fiber_mobj *d, size_t *n, fiber_future **f)
 FIBER_API int fiber_dict_keys(fiber_mobj *d, fiber_buf *out, fiber_future **f)
 {
     int rc = check(d, BIT(MK_DICT), __func__);
+    if (rc == 0 && local(d)) {
+        fiber_buf tmp = {0};
+        rc = usable(d);
+        if (rc == 0 && out && !f)
+            return fb_shdict_keys(&d->d, out);
+        if (rc == 0)
+            rc = fb_shdict_keys(&d->d, &tmp);
+        return local_buf(d, rc, &tmp, f);
+    }
     return rc ? rc : mcall(d, D_KEYS, -1, NULL, 0, out, f);
 }
 
@@ -322,12 +493,22 @@ FIBER_API int fiber_list_pop(fiber_mobj *l, int64_t index, fiber_buf *out,
 FIBER_API int fiber_value_get(fiber_mobj *v, int64_t *out, fiber_future **f)
 {
     int rc = check(v, BIT(MK_VALUE), __func__);
+    if (rc == 0 && local(v)) {
+        rc = usable(v);
+        return local_i64(v, rc, rc ? 0 : fb_mshm_value_get(v->m.h), out, f);
+    }
     return rc ? rc : mcall_i64(v, V_GET, -1, NULL, 0, out, f);
 }
 
 FIBER_API int fiber_value_set(fiber_mobj *v, int64_t x, fiber_future **f)
 {
     int rc = check(v, BIT(MK_VALUE), __func__);
+    if (rc == 0 && local(v)) {
+        rc = usable(v);
+        if (rc == 0)
+            fb_mshm_value_set(v->m.h, x);
+        return local_done(v, rc, NULL, 0, 0, f);
+    }
     fiber_iov item = {&x, 8};
     return rc ? rc : mcall(v, V_SET, -1, &item, 1, NULL, f);
 }
@@ -336,6 +517,11 @@ FIBER_API int fiber_value_add(fiber_mobj *v, int64_t delta, int64_t *result,
                               fiber_future **f)
 {
     int rc = check(v, BIT(MK_VALUE), __func__);
+    if (rc == 0 && local(v)) {
+        rc = usable(v);
+        return local_i64(v, rc, rc ? 0 : fb_mshm_value_add(v->m.h, delta),
+                         result, f);
+    }
     fiber_iov item = {&delta, 8};
     return rc ? rc : mcall_i64(v, V_ADD, -1, &item, 1, result, f);
 }
@@ -345,6 +531,13 @@ FIBER_API int fiber_value_cas(fiber_mobj *v, int64_t expected,
                               fiber_future **f)
 {
     int rc = check(v, BIT(MK_VALUE), __func__);
+    if (rc == 0 && local(v)) {
+        rc = usable(v);
+        return local_i64(v, rc,
+                         rc ? 0 : fb_mshm_value_cas(v->m.h, expected,
+                                                    desired),
+                         old, f);
+    }
     fiber_iov items[2] = {{&expected, 8}, {&desired, 8}};
     return rc ? rc : mcall_i64(v, V_CAS, -1, items, 2, old, f);
 }
@@ -355,12 +548,31 @@ FIBER_API int fiber_lock_acquire(fiber_mobj *l, int timeout_ms,
                                  fiber_future **f)
 {
     int rc = check(l, BIT(MK_LOCK) | BIT(MK_RLOCK), __func__);
+    /* An asynchronous acquire waits in the manager. */
+    if (rc == 0 && !f && local(l))
+        return fb_mshm_lock_wait(&l->m, local_owner(l), l->kind == MK_RLOCK,
+                                 timeout_ms, mkinds[l->kind]->name);
     return rc ? rc : mcall_owned(l, K_ACQUIRE, timeout_ms, f);
 }
 
 FIBER_API int fiber_lock_release(fiber_mobj *l, fiber_future **f)
 {
     int rc = check(l, BIT(MK_LOCK) | BIT(MK_RLOCK), __func__);
+    if (rc == 0 && local(l)) {
+        const char *kind = mkinds[l->kind]->name;
+        int why, wake = 0;
+        rc = usable(l);
+        if (rc == 0 && fb_mshm_lock_release(l->m.h, local_owner(l),
+                                            l->kind == MK_RLOCK, &why,
+                                            &wake) != 0)
+            rc = why == 0 ? fb_err(FIBER_ESTATE, "%s '%s' is not held", kind,
+                                   l->m.h->name)
+                          : fb_err(FIBER_ESTATE, "%s '%s' is held by another "
+                                   "thread or process", kind, l->m.h->name);
+        if (wake) /* remote acquires wait: the manager hands it on */
+            fb_ocall_post(l->h.c, l->h.obj, K_WAKE, NULL, 0);
+        return local_done(l, rc, NULL, 0, 0, f);
+    }
     return rc ? rc : mcall_owned(l, K_RELEASE, -1, f);
 }
 

@@ -39,9 +39,38 @@ enum mobj_op {
     B_WAIT,             /* -> i64 arrival index */
     B_RESET,
     U_CALL,             /* task name, argument -> the task's result */
+    M_SHARE,            /* -> the segment to map (mshm.h: dict, value,
+                           lock, rlock); FIBER_ENOTSUP if it cannot be */
+    K_WAKE,             /* posted, no reply: a local client released a
+                           lock in shared memory that remote acquires
+                           wait for */
 };
 
-/* The kinds (mobj_srv.c), listed in kinds.c. */
+/* Answers shared by the kinds of mobj_srv.c and mobj_shm.c. */
+static inline void reply_i64(struct fb_oreq *req, int64_t v)
+{
+    fiber_iov item = {&v, 8};
+    fb_oreq_reply(req, 0, &item, 1);
+}
+
+static inline void reply_ok(struct fb_oreq *req)
+{
+    fb_oreq_reply(req, 0, NULL, 0);
+}
+
+static inline void no_such_op(struct fb_obj *o, struct fb_oreq *req)
+{
+    fb_oreq_fail(req, FIBER_EINVAL, "a %s has no operation %d", o->kind,
+                 req->op);
+}
+
+static inline void bad_args(struct fb_obj *o, struct fb_oreq *req)
+{
+    fb_oreq_fail(req, FIBER_EINVAL, "malformed arguments for operation %d "
+                                    "on %s '%s'", req->op, o->kind, o->name);
+}
+
+/* The kinds (mobj_srv.c and mobj_shm.c), listed in kinds.c. */
 extern const struct fb_obj_kind fb_kind_dict, fb_kind_list, fb_kind_value,
     fb_kind_lock, fb_kind_rlock, fb_kind_event, fb_kind_semaphore,
     fb_kind_barrier, fb_kind_condition, fb_kind_custom;

@@ -1,8 +1,10 @@
 /*
  * mobj_srv.c -- the shared objects a manager hosts, the server's side: the
- * kinds its object server runs (dict, list, value, lock, rlock, event,
- * semaphore, barrier, condition, custom).  Their handles and operations
- * are mobj.c's; the operations between the two are mobj_ops.h.
+ * kinds its object server runs in its own memory (list, event, semaphore,
+ * barrier, condition, custom).  Dict, value, lock and rlock keep their
+ * state in shared memory, so that local clients make their calls
+ * themselves: mobj_shm.c.  Their handles and operations are mobj.c's;
+ * the operations between the two are mobj_ops.h.
  *
  * Every object lives in the manager's one server thread, so an operation
  * is atomic with respect to every other: a value's add or compare-and-swap
@@ -29,8 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sodium.h>
-
 #include "api/mobj_ops.h"
 #include "api/objsrv.h"
 #include "core/common.h"
@@ -41,26 +41,6 @@ static int expired(const struct fb_oreq *r)
     return r->deadline_ms <= fb_now_ms();
 }
 
-static void reply_i64(struct fb_oreq *req, int64_t v)
-{
-    fiber_iov item = {&v, 8};
-    fb_oreq_reply(req, 0, &item, 1);
-}
-
-static void reply_ok(struct fb_oreq *req) { fb_oreq_reply(req, 0, NULL, 0); }
-
-static void no_such_op(struct fb_obj *o, struct fb_oreq *req)
-{
-    fb_oreq_fail(req, FIBER_EINVAL, "a %s has no operation %d", o->kind,
-                 req->op);
-}
-
-static void bad_args(struct fb_obj *o, struct fb_oreq *req)
-{
-    fb_oreq_fail(req, FIBER_EINVAL, "malformed arguments for operation %d "
-                                    "on %s '%s'", req->op, o->kind, o->name);
-}
-
 /* Answers every request parked on q with status and text. */
 static void fail_all(struct fb_waitq *q, int status, const char *text)
 {
@@ -68,228 +48,6 @@ static void fail_all(struct fb_waitq *q, int status, const char *text)
     while ((r = fb_waitq_pop(q)))
         fb_oreq_fail(r, status, "%s", text);
 }
-
-/* ---- dict: bytes to bytes, in insertion order ------------------------- */
-
-struct dentry {
-    uint64_t hash;
-    fiber_buf key, val;
-    struct dentry *chain;       /* next in its bucket */
-    struct dentry *prev, *next; /* insertion order, for keys */
-};
-
-struct dict {
-    struct dentry **buckets;
-    size_t n_buckets, len;
-    struct dentry *first, *last;
-    /* SipHash with a key of its own: clients are authenticated, but a
-     * flood of colliding keys should still cost them, not the manager. */
-    unsigned char hash_key[crypto_shorthash_KEYBYTES];
-};
-
-static uint64_t dict_hash(const struct dict *d, const fiber_iov *key)
-{
-    unsigned char h[crypto_shorthash_BYTES];
-    crypto_shorthash(h, key->data, key->len, d->hash_key);
-    uint64_t v;
-    memcpy(&v, h, sizeof v);
-    return v;
-}
-
-/* Returns the link that points at key's entry, or at NULL (the end of its
- * bucket's chain) if there is none. */
-static struct dentry **dict_slot(struct dict *d, const fiber_iov *key,
-                                 uint64_t hash)
-{
-    struct dentry **pp = &d->buckets[hash % d->n_buckets];
-    for (; *pp; pp = &(*pp)->chain)
-        if ((*pp)->hash == hash && (*pp)->key.len == key->len &&
-            (key->len == 0 || /* an empty key may have no data at all */
-             memcmp((*pp)->key.data, key->data, key->len) == 0))
-            break;
-    return pp;
-}
-
-static int dict_grow(struct dict *d)
-{
-    size_t n = d->n_buckets * 2;
-    struct dentry **b = calloc(n, sizeof *b);
-    if (!b)
-        return -1;
-    for (struct dentry *e = d->first; e; e = e->next) {
-        e->chain = b[e->hash % n];
-        b[e->hash % n] = e;
-    }
-    free(d->buckets);
-    d->buckets = b;
-    d->n_buckets = n;
-    return 0;
-}
-
-static void dentry_free(struct dentry *e)
-{
-    fiber_buf_free(&e->key);
-    fiber_buf_free(&e->val);
-    free(e);
-}
-
-static struct dentry *dentry_new(const fiber_iov *key, uint64_t hash)
-{
-    struct dentry *e = calloc(1, sizeof *e);
-    if (e && fiber_buf_append(&e->key, key->data, key->len) != 0) {
-        dentry_free(e);
-        return NULL;
-    }
-    if (e)
-        e->hash = hash;
-    return e;
-}
-
-static void dict_set(struct dict *d, struct fb_oreq *req)
-{
-    const fiber_iov *key = &req->items[0], *val = &req->items[1];
-    uint64_t hash = dict_hash(d, key);
-    if (d->len >= d->n_buckets && dict_grow(d) != 0) {
-        fb_oreq_fail(req, FIBER_ENOMEM, "out of memory");
-        return;
-    }
-    struct dentry **slot = dict_slot(d, key, hash), *e = *slot;
-    if (!e && !(e = dentry_new(key, hash))) {
-        fb_oreq_fail(req, FIBER_ENOMEM, "out of memory");
-        return;
-    }
-    size_t old_len = e->val.len;
-    e->val.len = 0;
-    if (fiber_buf_append(&e->val, val->data, val->len) != 0) {
-        e->val.len = old_len;
-        if (!*slot)
-            dentry_free(e);
-        fb_oreq_fail(req, FIBER_ENOMEM, "out of memory");
-        return;
-    }
-    if (!*slot) { /* a new key: link it at the end of both lists */
-        *slot = e;
-        e->prev = d->last;
-        if (d->last)
-            d->last->next = e;
-        else
-            d->first = e;
-        d->last = e;
-        d->len++;
-    }
-    reply_ok(req);
-}
-
-static void dict_get(struct dict *d, struct fb_oreq *req)
-{
-    const fiber_iov *key = &req->items[0];
-    struct dentry *e = *dict_slot(d, key, dict_hash(d, key));
-    if (!e) {
-        fb_oreq_fail(req, FIBER_ENOKEY, "no such key (%zu bytes)", key->len);
-        return;
-    }
-    fiber_iov item = {e->val.data, e->val.len};
-    fb_oreq_reply(req, 0, &item, 1);
-}
-
-static void dict_del(struct dict *d, struct fb_oreq *req)
-{
-    const fiber_iov *key = &req->items[0];
-    struct dentry **slot = dict_slot(d, key, dict_hash(d, key)), *e = *slot;
-    if (!e) {
-        fb_oreq_fail(req, FIBER_ENOKEY, "no such key (%zu bytes)", key->len);
-        return;
-    }
-    *slot = e->chain;
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        d->first = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        d->last = e->prev;
-    d->len--;
-    dentry_free(e);
-    reply_ok(req);
-}
-
-static void dict_keys(struct dict *d, struct fb_oreq *req)
-{
-    fiber_buf all = {0};
-    int rc = 0;
-    for (struct dentry *e = d->first; e && rc == 0; e = e->next) {
-        uint32_t n = (uint32_t)e->key.len;
-        rc = fiber_buf_append(&all, &n, 4);
-        if (rc == 0)
-            rc = fiber_buf_append(&all, e->key.data, e->key.len);
-    }
-    fiber_iov item = {all.data, all.len};
-    if (rc)
-        fb_oreq_fail(req, FIBER_ENOMEM, "out of memory");
-    else
-        fb_oreq_reply(req, 0, &item, 1);
-    fiber_buf_free(&all);
-}
-
-static int dict_call(struct fb_obj *o, struct fb_oreq *req)
-{
-    struct dict *d = o->state;
-    if (req->op < D_SET || req->op > D_KEYS) {
-        no_such_op(o, req);
-        return 1;
-    }
-    uint32_t want = req->op == D_SET ? 2
-                    : req->op == D_GET || req->op == D_DEL ? 1 : 0;
-    if (req->count != want) {
-        bad_args(o, req);
-        return 1;
-    }
-    switch (req->op) {
-    case D_SET: dict_set(d, req); break;
-    case D_GET: dict_get(d, req); break;
-    case D_DEL: dict_del(d, req); break;
-    case D_LEN: reply_i64(req, (int64_t)d->len); break;
-    case D_KEYS: dict_keys(d, req); break;
-    default: no_such_op(o, req);
-    }
-    return 1;
-}
-
-static void dict_destroy(struct fb_obj *o)
-{
-    struct dict *d = o->state;
-    for (struct dentry *e = d->first, *n; e; e = n) {
-        n = e->next;
-        dentry_free(e);
-    }
-    free(d->buckets);
-    free(d);
-}
-
-static const struct fb_obj_ops dict_ops = {.call = dict_call,
-                                           .destroy = dict_destroy,
-                                           .freeable = 1};
-
-static int dict_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
-{
-    (void)params;
-    (void)n;
-    struct dict *d = calloc(1, sizeof *d);
-    if (d)
-        d->buckets = calloc(16, sizeof *d->buckets);
-    if (!d || !d->buckets) {
-        free(d);
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    }
-    d->n_buckets = 16;
-    crypto_shorthash_keygen(d->hash_key);
-    o->state = d;
-    o->ops = &dict_ops;
-    return 0;
-}
-
-const struct fb_obj_kind fb_kind_dict = {"dict", dict_create};
 
 /* ---- list: a vector of byte strings ------------------------------------ */
 
@@ -420,59 +178,6 @@ static int list_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
 }
 
 const struct fb_obj_kind fb_kind_list = {"list", list_create};
-
-/* ---- value: an int64 with atomic add and compare-and-swap -------------- */
-
-static int value_call(struct fb_obj *o, struct fb_oreq *req)
-{
-    int64_t *v = o->state, a = 0, b = 0;
-    if (req->op < V_GET || req->op > V_CAS) {
-        no_such_op(o, req);
-        return 1;
-    }
-    uint32_t want = req->op == V_CAS ? 2 : req->op == V_GET ? 0 : 1;
-    if (req->count != want || (want >= 1 && fb_item_i64(req, 0, &a) != 0) ||
-        (want == 2 && fb_item_i64(req, 1, &b) != 0)) {
-        bad_args(o, req);
-        return 1;
-    }
-    int64_t old = *v;
-    switch (req->op) {
-    case V_GET: reply_i64(req, old); break;
-    case V_SET: *v = a; reply_ok(req); break;
-    case V_ADD: /* wraps like two's complement instead of overflowing */
-        *v = (int64_t)((uint64_t)old + (uint64_t)a);
-        reply_i64(req, *v);
-        break;
-    case V_CAS:
-        if (old == a)
-            *v = b;
-        reply_i64(req, old);
-        break;
-    default: no_such_op(o, req);
-    }
-    return 1;
-}
-
-static void value_destroy(struct fb_obj *o) { free(o->state); }
-
-static const struct fb_obj_ops value_ops = {.call = value_call,
-                                            .destroy = value_destroy,
-                                            .freeable = 1};
-
-static int value_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
-{
-    int64_t *v = calloc(1, sizeof *v);
-    if (!v)
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    if (n >= 1 && params[0].len == 8)
-        memcpy(v, params[0].data, 8);
-    o->state = v;
-    o->ops = &value_ops;
-    return 0;
-}
-
-const struct fb_obj_kind fb_kind_value = {"value", value_create};
 
 /* ---- owned locks: lock, rlock and a condition's lock ------------------- */
 
@@ -608,56 +313,6 @@ static void olock_conn_gone(struct olock *l, const struct fb_oconn *c)
         olock_handoff(l);
 }
 
-static int lock_call(struct fb_obj *o, struct fb_oreq *req)
-{
-    struct olock *l = o->state;
-    switch (req->op) {
-    case K_ACQUIRE: olock_acquire(l, o, req); break;
-    case K_RELEASE: olock_release(l, o, req); break;
-    default: no_such_op(o, req);
-    }
-    return 1;
-}
-
-static void lock_conn_gone(struct fb_obj *o, struct fb_oconn *c)
-{
-    olock_conn_gone(o->state, c);
-}
-
-static void lock_destroy(struct fb_obj *o) { free(o->state); }
-
-static const struct fb_obj_ops lock_ops = {.call = lock_call,
-                                           .conn_gone = lock_conn_gone,
-                                           .destroy = lock_destroy,
-                                           .freeable = 1};
-
-static int lock_make(struct fb_obj *o, int recursive)
-{
-    struct olock *l = calloc(1, sizeof *l);
-    if (!l)
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    l->recursive = recursive;
-    o->state = l;
-    o->ops = &lock_ops;
-    return 0;
-}
-
-static int lock_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
-{
-    (void)params;
-    (void)n;
-    return lock_make(o, 0);
-}
-
-static int rlock_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
-{
-    (void)params;
-    (void)n;
-    return lock_make(o, 1);
-}
-
-const struct fb_obj_kind fb_kind_lock = {"lock", lock_create};
-const struct fb_obj_kind fb_kind_rlock = {"rlock", rlock_create};
 
 /* ---- condition: a recursive lock and the waiters for a notify ---------- */
 

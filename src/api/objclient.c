@@ -671,6 +671,37 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
     return rc;
 }
 
+int fb_ocall_resolved(struct fb_oclient *c, int status, const void *item,
+                      size_t len, int has_item, fiber_future **f)
+{
+    struct fb_owait *w = calloc(1, sizeof *w);
+    if (!w)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    w->done = 1;
+    w->c = c;
+    w->res.status = status;
+    if (status != 0)
+        fb_strlcpy(w->text, fiber_last_error(), sizeof w->text);
+    uint32_t n = (uint32_t)len;
+    if (has_item && (fiber_buf_append(&w->res.raw, &n, 4) != 0 ||
+                     fiber_buf_append(&w->res.raw, item, len) != 0)) {
+        fb_oresult_free(&w->res);
+        free(w);
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    }
+    w->res.count = has_item ? 1 : 0;
+    pthread_mutex_lock(&clients_mu);
+    c->refs++; /* released by fb_owait_free, as for any future */
+    pthread_mutex_unlock(&clients_mu);
+    int rc = fb_future_from_owait(w, f);
+    if (rc) {
+        fb_oresult_free(&w->res);
+        free(w);
+        fb_oclient_release(c);
+    }
+    return rc;
+}
+
 int fb_ocall_post(struct fb_oclient *c, uint32_t obj, int32_t op,
                   const fiber_iov *items, size_t count)
 {

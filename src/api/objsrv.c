@@ -36,6 +36,7 @@ struct fb_oconn {
     int dirty;   /* replies queued in conn.out, flushed after the batch */
     struct fb_oconn *dirty_next;
     struct fb_gate_peer peer; /* until authed: in the server's gate */
+    uint32_t id; /* unique for the server's life, never 0 */
     struct fb_oconn *prev, *next;
 };
 
@@ -49,6 +50,7 @@ struct fb_objsrv {
     struct fb_gate gate;     /* the conns not yet through HELLO */
     struct fb_obj *objs;
     uint32_t next_id;
+    uint32_t next_conn_id;
     struct fb_oreq *parked;
     uint64_t n_parked; /* on `parked`; atomic: read by other threads */
     uint64_t dropped; /* closed over MAX_CONNS (the gate counts its own) */
@@ -113,6 +115,7 @@ static void conn_add(struct fb_objsrv *s, int fd)
         free(c);
         return;
     }
+    c->id = ++s->next_conn_id ? s->next_conn_id : ++s->next_conn_id;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -723,6 +726,10 @@ const char *fb_objsrv_address(const struct fb_objsrv *s)
     return s->l.address;
 }
 
+int fb_objsrv_stopping(const struct fb_objsrv *s) { return s->stopping; }
+
+uint32_t fb_oconn_id(const struct fb_oconn *c) { return c->id; }
+
 uint64_t fb_objsrv_dropped(struct fb_objsrv *s)
 {
     return s->dropped + s->gate.dropped;
@@ -739,6 +746,7 @@ void fb_objsrv_stop(struct fb_objsrv *s)
         return;
     fb_listener_join(&s->l);
     fb_gate_clear(&s->gate);
+    s->stopping = 1; /* the objects' destroy can tell a stop from a free */
     while (s->conns)
         conn_drop(s, s->conns, "server stopping");
     while (s->objs) {

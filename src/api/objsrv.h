@@ -126,6 +126,12 @@ void fb_objsrv_run(struct fb_objsrv *srv, int stop_fd);
 int fb_objsrv_step(struct fb_objsrv *srv, int max_wait_ms);
 /* Stops and frees the server (joining its thread, if it has one). */
 void fb_objsrv_stop(struct fb_objsrv *srv);
+/* 1 once the server is stopping (an object's destroy: stopped, not
+ * freed). */
+int fb_objsrv_stopping(const struct fb_objsrv *srv);
+/* A client connection's id: unique for the server's life, never 0 (the
+ * owner of a lock in shared memory, mshm.h). */
+uint32_t fb_oconn_id(const struct fb_oconn *c);
 /* Peers dropped for failing authentication or protocol (tests). */
 uint64_t fb_objsrv_dropped(struct fb_objsrv *srv);
 /* Requests waiting on the server's objects now (tests: wait until a
@@ -196,6 +202,12 @@ int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
 int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
                    int timeout_ms, const fiber_iov *items, size_t count,
                    fiber_future **f);
+
+/* A future that is already resolved: with status (its text
+ * fiber_last_error()'s) and, with has_item, the item (item, len).  For
+ * calls made in shared memory (mobj.c). */
+int fb_ocall_resolved(struct fb_oclient *c, int status, const void *item,
+                      size_t len, int has_item, fiber_future **f);
 
 /* Posts a call whose operation sends no reply (the object frees it with
  * fb_oreq_done); returns once it is written.  FIBER_ECLOSED if the
@@ -313,6 +325,8 @@ int fb_mobj_create(fiber_mobj **out, struct fb_oclient *c, const char *addr,
 /* The manager's job and its server's address (for tests: kill it, dial
  * it). */
 fiber_process *fb_manager_process(fiber_manager *m);
+/* 1 when o's calls are made in shared memory (mshm.h), else 0 (tests). */
+int fb_mobj_shared(const fiber_mobj *o);
 const char *fb_manager_address(fiber_manager *m);
 
 /* Serialised handles: "FBH1" | kind u8 | u8 n | addr[n] | token[32] |

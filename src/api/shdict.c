@@ -328,6 +328,22 @@ static int index_find(const struct shd *s, const struct shd_index *ix,
 
 /* ---- allocation ------------------------------------------------------- */
 
+/* The size of d's file, or the whole reservation when d is private
+ * memory (fd -1: a manager out of descriptors), all of which may be
+ * touched. */
+static int file_bytes(const struct fb_shdict *d, uint64_t *n)
+{
+    struct stat st;
+    if (d->fd < 0) {
+        *n = d->reserve;
+        return 0;
+    }
+    if (fstat(d->fd, &st) != 0)
+        return fb_err_errno(FIBER_ESYS, "cannot stat the dict's memfd");
+    *n = (uint64_t)st.st_size;
+    return 0;
+}
+
 /* Grows the file so that size more bytes fit above the top: doubling,
  * capped at the reserve.  Returns 0, FIBER_ENOMEM or FIBER_ESYS. */
 static int grow(struct shd *s, uint64_t size)
@@ -344,12 +360,13 @@ static int grow(struct shd *s, uint64_t size)
         n *= 2;
     if (n < want || n > d->reserve)
         n = d->reserve;
-    struct stat st;
-    if (fstat(d->fd, &st) != 0)
-        return fb_err_errno(FIBER_ESYS, "cannot stat the dict's memfd");
+    uint64_t st_size = 0;
+    int frc = file_bytes(d, &st_size);
+    if (frc)
+        return frc;
     /* A grower killed before it recorded the size may have left the file
      * larger; it never shrinks. */
-    if ((uint64_t)st.st_size < n && ftruncate(d->fd, (off_t)n) != 0)
+    if (d->fd >= 0 && st_size < n && ftruncate(d->fd, (off_t)n) != 0)
         return fb_err_errno(FIBER_ESYS, "cannot grow the dict's memfd to "
                             "%llu bytes", (unsigned long long)n);
     crash_point(FB_SHDICT_CP_GROW_FILE);
@@ -587,13 +604,14 @@ static int repair_fill(struct shd *s, struct shd_index *nx, uint64_t live,
 static int repair(struct shd *s)
 {
     struct shd_hdr *h = s->h;
-    struct stat st;
+    uint64_t st_size = 0;
     h->needs_repair = 1;
-    if (fstat(s->d->fd, &st) != 0)
-        return fb_err_errno(FIBER_ESYS, "cannot stat the dict's memfd");
-    if ((uint64_t)st.st_size < s->lim)
+    int frc = file_bytes(s->d, &st_size);
+    if (frc)
+        return frc;
+    if (st_size < s->lim)
         return corrupt("its recorded size %llu is past the file's %lld",
-                       (unsigned long long)s->lim, (long long)st.st_size);
+                       (unsigned long long)s->lim, (long long)st_size);
     uint64_t live = 0, max_seq = h->seq, max_order = h->next_order, count = 0;
     h->index = 0;
     int rc = repair_sweep(s, &live, &max_seq, &max_order);
@@ -714,18 +732,19 @@ int fb_shdict_format(const struct fb_shdict *d, const unsigned char *hash_key)
         return fb_err(FIBER_EINVAL, "cannot format a shared dict at offset "
                       "%zu of a %zu-byte reservation", d ? d->off : 0,
                       d ? d->reserve : 0);
-    struct stat st;
-    if (fstat(d->fd, &st) != 0)
-        return fb_err_errno(FIBER_ESYS, "cannot stat the dict's memfd");
-    if ((uint64_t)st.st_size < d->off + FB_SHDICT_INITIAL)
+    uint64_t st_size = 0;
+    int frc = file_bytes(d, &st_size);
+    if (frc)
+        return frc;
+    if (st_size < d->off + FB_SHDICT_INITIAL)
         return fb_err(FIBER_EINVAL, "the dict's memfd has %lld bytes, fewer "
-                      "than %zu", (long long)st.st_size,
+                      "than %zu", (long long)st_size,
                       d->off + FB_SHDICT_INITIAL);
     struct shd s = {d, d->base, (struct shd_hdr *)(d->base + d->off), 0, 0, 0};
     struct shd_hdr *h = s.h;
     memset(h, 0, SHD_HDR_SIZE);
     h->layout = SHD_LAYOUT;
-    h->file_size = (uint64_t)st.st_size < d->reserve ? (uint64_t)st.st_size
+    h->file_size = st_size < d->reserve ? st_size
                                                      : d->reserve;
     h->heap_start = h->top = s.start = s.top = d->off + SHD_HDR_SIZE;
     s.lim = h->file_size;
@@ -1039,12 +1058,13 @@ static int check_free_lists(struct shd *s, uint64_t nfree, uint64_t nblocks)
 
 static int check_locked(struct shd *s)
 {
-    struct stat st;
-    if (fstat(s->d->fd, &st) != 0)
-        return fb_err_errno(FIBER_ESYS, "cannot stat the dict's memfd");
-    if ((uint64_t)st.st_size < s->lim)
+    uint64_t st_size = 0;
+    int frc = file_bytes(s->d, &st_size);
+    if (frc)
+        return frc;
+    if (st_size < s->lim)
         return corrupt("its recorded size %llu is past the file's %lld",
-                       (unsigned long long)s->lim, (long long)st.st_size);
+                       (unsigned long long)s->lim, (long long)st_size);
     struct shd_index ix;
     uint64_t nfree = 0, nblocks = 0, in_index = 0;
     int rc = shd_index(s, &ix);

@@ -51,7 +51,8 @@
 struct fb_shdict {
     uint8_t *base;  /* the mapping of fd, from file offset 0 */
     size_t reserve; /* bytes of address space mapped at base */
-    int fd;         /* the memfd (grown with ftruncate by the lock holder) */
+    int fd;         /* the memfd (grown with ftruncate by the lock holder);
+                       -1: private memory, all of the reservation usable */
     size_t off;     /* file offset of the dict's header; a multiple of 64 */
 };
 

@@ -56,6 +56,7 @@ struct fb_config {
     char k8s_pull_policy[16];   /* imagePullPolicy; "" = cluster default */
     int object_cache_mb;        /* a child's cache of shared objects; 4096 */
     int object_shm;             /* same-host children map the master's copy */
+    int manager_shm;            /* same-host clients map a manager's objects */
 };
 
 /* Fills c with the built-in defaults. */

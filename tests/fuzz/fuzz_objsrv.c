@@ -63,7 +63,7 @@ enum {
     MD_SET = FB_OP_KIND, MD_GET, MD_DEL, MD_LEN, MD_KEYS, ML_APPEND, ML_GET, ML_SET,
     ML_LEN, ML_POP, MV_GET, MV_SET, MV_ADD, MV_CAS, MK_ACQUIRE, MK_RELEASE, MC_WAIT,
     MC_NOTIFY, ME_SET, ME_CLEAR, ME_IS_SET, ME_WAIT, MS_ACQUIRE, MS_RELEASE, MB_WAIT,
-    MB_RESET, MU_CALL, OP_END
+    MB_RESET, MU_CALL, MM_SHARE, MK_WAKE, OP_END
 };
 enum { RDV_JOIN = FB_OP_KIND, RDV_MEMBERS };
 
@@ -862,6 +862,21 @@ void fuzz_write_seeds(const char *dir)
     w_call(&b, 0, 7, MK_RELEASE, NOW, ITEMS(I64(1)));
     w_call(&b, 0, 7, MK_RELEASE, NOW, ITEMS(I64(2)));
     fz_seed(dir, "rlock", &b);
+
+    /* Shared memory (mshm.h): the segments asked for, with and without
+     * arguments, of kinds that have none; a posted wake with nothing
+     * parked, and one with an acquire parked. */
+    w_call(&b, 0, 3, MM_SHARE, NOW, NONE);
+    w_call(&b, 0, 5, MM_SHARE, NOW, ITEMS(I64(1)));
+    w_call(&b, 1, 6, MM_SHARE, NOW, NONE);
+    w_call(&b, 1, 1, MM_SHARE, NOW, NONE);
+    w_call(&b, 1, 6, MK_WAKE, NOW, NONE);
+    w_call(&b, 0, 6, MK_ACQUIRE, FOREVER, ITEMS(I64(1)));
+    w_call(&b, 1, 6, MK_ACQUIRE, FOREVER, ITEMS(I64(1)));
+    w_call(&b, 2, 6, MK_WAKE, NOW, ITEMS(RAW("junk")));
+    w_call(&b, 2, 3, MK_WAKE, NOW, NONE);
+    w_call(&b, 0, 6, MK_RELEASE, NOW, ITEMS(I64(1)));
+    fz_seed(dir, "shared_memory", &b);
 
     w_call(&b, 0, 8, ME_WAIT, FOREVER, NONE);
     w_call(&b, 1, 8, ME_WAIT, NOW, NONE);

@@ -123,6 +123,42 @@ FIBER_TASK(locked_increment)
     return 0;
 }
 
+/* a times under the lock: read a dict's counter, dawdle, write it + 1;
+ * then b += 1 on value 2 if this child's handles are in shared memory.
+ * Run by children of both kinds at once (FIBER_MANAGER_SHM=false keeps
+ * some on the socket): the lock must exclude across the two paths. */
+FIBER_TASK(mixed_increment)
+{
+    struct job j = job_from(arg, len);
+    fiber_mobj *lock = child_open(&j, 0), *d = child_open(&j, 1),
+               *shared = child_open(&j, 2);
+    for (int i = 0; i < j.a; i++) {
+        fiber_buf b = {0};
+        int64_t x = 0;
+        if (fiber_lock_acquire(lock, -1, NULL) != 0)
+            return 80;
+        int rc = fiber_dict_get(d, "n", 1, &b, NULL);
+        if (rc == 0 && b.len == sizeof x)
+            memcpy(&x, b.data, sizeof x);
+        else if (rc != FIBER_ENOKEY)
+            return 81;
+        fiber_buf_free(&b);
+        usleep(100);
+        x++;
+        if (fiber_dict_set(d, "n", 1, &x, sizeof x, NULL) != 0)
+            return 82;
+        if (fiber_lock_release(lock, NULL) != 0)
+            return 83;
+    }
+    if (fb_mobj_shared(lock) && fb_mobj_shared(d) &&
+        fiber_value_add(shared, 1, NULL, NULL) != 0)
+        return 84;
+    fiber_mobj_free(lock);
+    fiber_mobj_free(d);
+    fiber_mobj_free(shared);
+    return 0;
+}
+
 /* Takes the lock, says so through the event, and dies holding it: by
  * SIGKILL (a == 1) or by a plain exit (a == 0). */
 FIBER_TASK(hold_and_die)
@@ -502,6 +538,100 @@ TEST(lock_mutual_exclusion)
     fprintf(stderr, "without the lock: %lld of 240 increments survived\n",
             (long long)racy);
     CHECK_EQ(run_increments(m, 1), 240);
+    fiber_manager_free(m);
+}
+
+/* Local children make their calls in shared memory, children with
+ * manager_shm off over the socket, all on one lock and one dict. */
+TEST(shared_memory_and_socket_clients_share_a_lock)
+{
+    enum { KIDS = 4, EACH = 100 };
+    fiber_manager *m = manager();
+    fiber_mobj *lock, *d, *shared;
+    CHECK_OK(fiber_manager_lock(m, NULL, &lock));
+    CHECK_OK(fiber_manager_dict(m, NULL, &d));
+    CHECK_OK(fiber_manager_value(m, NULL, 0, &shared));
+    CHECK(fb_mobj_shared(lock) && fb_mobj_shared(d));
+    struct job j = job_of(EACH, 0, lock, d, shared);
+    fiber_process *p[KIDS];
+    const char *const socket_only[] = {"FIBER_MANAGER_SHM=false", NULL};
+    fiber_job_opts opts = {.env = socket_only};
+    for (int i = 0; i < KIDS; i++)
+        CHECK_OK(fiber_process_start(&p[i], "mixed_increment", &j, sizeof j,
+                                     i % 2 ? &opts : NULL));
+    /* The parent takes part too, in shared memory. */
+    for (int i = 0; i < EACH; i++) {
+        fiber_buf b = {0};
+        int64_t x = 0;
+        CHECK_OK(fiber_lock_acquire(lock, -1, NULL));
+        if (fiber_dict_get(d, "n", 1, &b, NULL) == 0)
+            memcpy(&x, b.data, sizeof x);
+        fiber_buf_free(&b);
+        x++;
+        CHECK_OK(fiber_dict_set(d, "n", 1, &x, sizeof x, NULL));
+        CHECK_OK(fiber_lock_release(lock, NULL));
+    }
+    for (int i = 0; i < KIDS; i++)
+        CHECK_EQ(finish(p[i]), 0);
+    fiber_buf b = {0};
+    int64_t n = 0;
+    CHECK_OK(fiber_dict_get(d, "n", 1, &b, NULL));
+    CHECK_EQ(b.len, sizeof n);
+    memcpy(&n, b.data, sizeof n);
+    fiber_buf_free(&b);
+    CHECK_EQ(n, (KIDS + 1) * EACH);
+    CHECK_EQ(value_of(shared), KIDS / 2); /* the others on the socket */
+    fiber_mobj_free(lock);
+    fiber_mobj_free(d);
+    fiber_mobj_free(shared);
+    fiber_manager_free(m);
+}
+
+/* The calls of a local client are its own: with the manager's process
+ * stopped (SIGSTOP), a dict, a value and a lock still answer, with the
+ * manager's errors and texts, and a future is resolved at once. */
+TEST(local_calls_need_no_round_trip)
+{
+    fiber_manager *m = manager();
+    fiber_mobj *d, *v, *lock;
+    CHECK_OK(fiber_manager_dict(m, NULL, &d));
+    CHECK_OK(fiber_manager_value(m, NULL, 1, &v));
+    CHECK_OK(fiber_manager_lock(m, NULL, &lock));
+    /* Mapped at a handle's first call, which asks the manager. */
+    CHECK(fb_mobj_shared(d) && fb_mobj_shared(v) && fb_mobj_shared(lock));
+    long pid = fiber_process_pid(fb_manager_process(m));
+    CHECK(pid > 0);
+    CHECK(kill((pid_t)pid, SIGSTOP) == 0);
+    int64_t x = 0;
+    fiber_buf b = {0};
+    CHECK_OK(fiber_dict_set(d, "k", 1, "val", 3, NULL));
+    CHECK_OK(fiber_dict_get(d, "k", 1, &b, NULL));
+    CHECK_EQ(b.len, 3);
+    CHECK_OK(fiber_value_add(v, 41, &x, NULL));
+    CHECK_EQ(x, 42);
+    CHECK_OK(fiber_lock_acquire(lock, 0, NULL));
+    CHECK_ERR(fiber_lock_acquire(lock, 0, NULL), FIBER_EAGAIN);
+    CHECK_CONTAINS(fiber_last_error(), "is held");
+    CHECK_OK(fiber_lock_release(lock, NULL));
+    CHECK_ERR(fiber_lock_release(lock, NULL), FIBER_ESTATE);
+    CHECK_CONTAINS(fiber_last_error(), "is not held");
+    CHECK_ERR(fiber_dict_get(d, "nope", 4, &b, NULL), FIBER_ENOKEY);
+    /* A future of a local call is resolved at once. */
+    fiber_future *f;
+    CHECK_OK(fiber_value_get(v, NULL, &f));
+    CHECK(fiber_future_ready(f) == 1);
+    fiber_buf out = {0};
+    CHECK_OK(fiber_future_get(f, &out, 0));
+    CHECK_EQ(out.len, 8);
+    memcpy(&x, out.data, 8);
+    CHECK_EQ(x, 42);
+    fiber_future_free(f);
+    fiber_buf_free(&out);
+    CHECK(kill((pid_t)pid, SIGCONT) == 0);
+    fiber_buf_free(&b);
+    fiber_mobj_free(d);
+    fiber_mobj_free(v);
+    fiber_mobj_free(lock);
     fiber_manager_free(m);
 }
 
