@@ -151,7 +151,11 @@ static void slock_acquire(struct slock *l, struct fb_obj *o,
         bad_args(o, req);
         return;
     }
-    if (!l->waiters.head && fb_mshm_lock_try(l->m.h, me, l->recursive)) {
+    /* The holder of an rlock goes one level deeper at once; anyone else
+     * queues behind the acquires already parked. */
+    uint64_t owner = __atomic_load_n(&l->m.h->owner, __ATOMIC_SEQ_CST);
+    if ((!l->waiters.head || (l->recursive && owner == me)) &&
+        fb_mshm_lock_try(l->m.h, me, l->recursive)) {
         reply_ok(req);
         return;
     }

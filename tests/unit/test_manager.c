@@ -706,6 +706,33 @@ TEST(rlock_recursion_and_owners)
     fiber_manager_free(m);
 }
 
+/* The manager's side of an rlock (remote clients, manager_shm off):
+ * its holder goes one level deeper at once even while another client's
+ * acquire is parked behind it, and the parked one gets it when the
+ * holder lets go entirely. */
+TEST(rlock_reentry_over_the_socket_while_another_waits)
+{
+    fiber_manager *m = manager();
+    fiber_mobj *r;
+    CHECK_OK(fiber_config_set("manager_shm", "false"));
+    CHECK_OK(fiber_manager_rlock(m, "r", &r));
+    CHECK(!fb_mobj_shared(r)); /* decided at its first call */
+    CHECK_OK(fiber_config_set("manager_shm", "true"));
+    CHECK_OK(fiber_lock_acquire(r, 0, NULL));
+    const char *const socket_only[] = {"FIBER_MANAGER_SHM=false", NULL};
+    fiber_job_opts opts = {.env = socket_only};
+    struct job j = job_of(20000, 0, r, NULL, NULL);
+    fiber_process *p;
+    CHECK_OK(fiber_process_start(&p, "try_acquire", &j, sizeof j, &opts));
+    sleep_ms(500); /* its acquire is parked in the manager by now */
+    CHECK_OK(fiber_lock_acquire(r, 0, NULL)); /* depth 2, not queued */
+    CHECK_OK(fiber_lock_release(r, NULL));
+    CHECK_OK(fiber_lock_release(r, NULL)); /* free: the child's turn */
+    CHECK_EQ(finish(p), 0);
+    fiber_mobj_free(r);
+    fiber_manager_free(m);
+}
+
 TEST(event_across_processes)
 {
     fiber_manager *m = manager();
