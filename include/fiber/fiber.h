@@ -831,8 +831,9 @@ FIBER_API int fiber_object_stats_get(fiber_object_stats *st);
  * and the run's token.
  *
  * Delivery: a consumer's handle prefetches a small window of messages (64
- * by default, fiber_queue_set_prefetch), so a slow consumer holds at most
- * that many, and waiting consumers are served oldest first.  Nothing is
+ * by default, growing up to 512 only for a consumer that takes them within
+ * about 2 ms; fiber_queue_set_prefetch fixes it), so a slow consumer holds
+ * at most 64, and waiting consumers are served oldest first.  Nothing is
  * lost when a consumer dies: a message leaves the queue only when an
  * application's get has returned it; the messages a dead consumer had
  * prefetched (SIGKILL, crash, lost connection) go back to the front of
@@ -905,7 +906,9 @@ FIBER_API int fiber_queue_get_lease(fiber_queue *q, fiber_buf *out,
 FIBER_API int fiber_queue_ack(fiber_queue *q, uint64_t lease);
 
 /* Sets how many messages this handle prefetches as a consumer (1..1024;
- * default 64).  1 restores strict one-at-a-time pulling. */
+ * default: 64, adapting between 64 and 512 to the rate the application
+ * takes messages, see docs/queue.md).  Setting it fixes the window; 1
+ * restores strict one-at-a-time pulling. */
 FIBER_API int fiber_queue_set_prefetch(fiber_queue *q, unsigned window);
 
 /* Stores in *n the number of messages in the queue and lent to consumers

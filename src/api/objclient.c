@@ -295,9 +295,9 @@ static void link_wait(struct fb_oclient *c, struct fb_owait *w)
 static void settle_credit(struct fb_oclient *c, struct fb_owait *w)
 {
     struct fb_ocredit *cr = w->credit;
-    cr->outstanding -= w->n;
+    __atomic_sub_fetch(&cr->outstanding, w->n, __ATOMIC_RELAXED);
     if (w->res.status != 0 && cr->err == 0) {
-        cr->err = w->res.status;
+        __atomic_store_n(&cr->err, w->res.status, __ATOMIC_RELAXED);
         snprintf(cr->text, sizeof cr->text, "%s", w->text);
     }
     if (c->co_wait == w)
@@ -773,8 +773,10 @@ static int hand_to_flusher(struct fb_oclient *c)
             return rc;
         c->has_flusher = 1;
     }
-    if (c->fl_idle && !c->writing)
+    if (c->fl_idle && !c->writing) {
+        c->fl_idle = 0; /* one signal per wake-up, not one per put */
         pthread_cond_signal(&c->fl_cond);
+    }
     return 0;
 }
 
@@ -828,7 +830,7 @@ int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
         c->co_wait = w;
         c->co_off = off;
     }
-    cr->outstanding++;
+    __atomic_add_fetch(&cr->outstanding, 1, __ATOMIC_RELAXED);
     if (!defer || c->conn.sec || hand_to_flusher(c) != 0)
         rc = oc_write(c);
     pthread_mutex_unlock(&c->mu);
@@ -845,16 +847,26 @@ struct credit_limit {
 static int credit_below(void *arg)
 {
     struct credit_limit *l = arg;
-    return l->cr->outstanding <= l->limit;
+    return __atomic_load_n(&l->cr->outstanding, __ATOMIC_RELAXED) <= l->limit;
 }
 
 int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
                     uint64_t limit, uint64_t deadline_ms)
 {
+    /* The common case, a producer well inside its window, takes no lock:
+     * the counters are written under the lock but read atomically here
+     * (a failure noted meanwhile is reported by the next call). */
+    if (__atomic_load_n(&cr->outstanding, __ATOMIC_RELAXED) <= limit &&
+        __atomic_load_n(&cr->err, __ATOMIC_RELAXED) == 0)
+        return 0;
+    /* A full window waits until half of it is answered: the producer
+     * then resumes with a run of puts that travel in large calls, rather
+     * than with one put per answer. */
     struct credit_limit l = {cr, limit};
     pthread_mutex_lock(&c->mu);
     int rc = 0;
     if (!credit_below(&l)) {
+        l.limit = limit / 2;
         if (fb_conn_pending(&c->conn))
             oc_write(c); /* what we wait for may not have left yet */
         rc = wait_until(c, credit_below, &l, deadline_ms);
@@ -862,7 +874,7 @@ int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
     char text[sizeof cr->text];
     if (rc == 0 && cr->err) { /* a failed put: reported once */
         rc = cr->err;
-        cr->err = 0;
+        __atomic_store_n(&cr->err, 0, __ATOMIC_RELAXED);
         memcpy(text, cr->text, sizeof text);
     } else if (rc == FIBER_ECLOSED) {
         snprintf(text, sizeof text, "the object server at %s is gone: %s",

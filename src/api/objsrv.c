@@ -556,6 +556,26 @@ static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
 
 /* ---- the loop ------------------------------------------------------------ */
 
+/* Serves what a doomed client sent and we have not read yet (its replies
+ * are dropped): a client that died wrote its last posted calls, a queue
+ * consumer's lease acknowledgements among them, before it went, and they
+ * must count before what it held is given back.  A round that brings no
+ * whole frame ends it. */
+static void drain_doomed(struct fb_objsrv *s, struct fb_oconn *c)
+{
+    for (int round = 0; c->authed && round < 64; round++) {
+        int rc = fb_conn_read(&c->conn), frames = 0;
+        struct fb_wire_hdr h;
+        const uint8_t *p;
+        while (fb_conn_next(&c->conn, &h, &p) == 1 && h.type == FB_MSG_OCALL) {
+            serve(s, c, &h, p);
+            frames++;
+        }
+        if (rc != 0 || frames == 0)
+            break;
+    }
+}
+
 /* Drops the connections whose sends failed.  Dropping one tells every
  * object, whose replies may doom others: hence the loop. */
 static void reap_doomed(struct fb_objsrv *s)
@@ -568,6 +588,7 @@ static void reap_doomed(struct fb_objsrv *s)
             s->n_doomed = 0;
             return;
         }
+        drain_doomed(s, c);
         conn_drop(s, c, c->conn.err[0] ? c->conn.err : "send failed");
     }
 }

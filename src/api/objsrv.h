@@ -243,7 +243,9 @@ struct fb_ocredit {
 int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
                   const fiber_iov *item, struct fb_ocredit *cr, int defer);
 /* Waits until at most limit of cr's puts are unanswered, the server is
- * gone (FIBER_ECLOSED) or the deadline passes (FIBER_ETIMEDOUT). */
+ * gone (FIBER_ECLOSED) or the deadline passes (FIBER_ETIMEDOUT).  When it
+ * has to wait, it waits until at most limit / 2 are (hysteresis: a
+ * producer at the end of its window resumes with a run of puts). */
 int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
                     uint64_t limit, uint64_t deadline_ms);
 

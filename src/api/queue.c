@@ -15,9 +15,12 @@
  * queue only when an application's get returned it, and what a dying
  * consumer still held goes back to the queue.  While the handle still
  * holds items and the last batch came full (demand is steady), it asks
- * for the next batch ahead of time.  On the same host the "taken" is a
- * byte in a page shared with the server (see queue_srv.c), so a get that
- * finds its item prefetched makes no system call at all.
+ * for the next batch ahead of time; the window it asks for grows for a
+ * consumer that takes items fast and shrinks back for a slow one
+ * (adapt_window), unless fiber_queue_set_prefetch fixed it.  On the same
+ * host the "taken" is a byte in a page shared with the server (see
+ * queue_srv.c), so a get that finds its item prefetched makes no system
+ * call at all.
  *
  * A pipe (pipe.c) has one queue per direction, for its relayed path.
  */
@@ -37,6 +40,14 @@
 #define PUT_WINDOW 8192     /* pipelined puts unanswered, per handle */
 #define STEADY_PUT_NS 20000 /* puts closer than this are batched */
 #define DEFAULT_WINDOW 64   /* items a consumer handle prefetches */
+/* An adaptive window (no fiber_queue_set_prefetch) doubles up to
+ * MAX_WINDOW while the handle would take its whole window in less than
+ * GROW_NS at its recent rate, and halves back towards DEFAULT_WINDOW when
+ * the window would last more than SHRINK_NS: only a fast consumer holds
+ * more than DEFAULT_WINDOW items. */
+#define MAX_WINDOW 512
+#define GROW_NS 1000000u   /* 1 ms */
+#define SHRINK_NS 4000000u /* 4 ms */
 
 /* ---- handles ------------------------------------------------------------- */
 
@@ -52,7 +63,10 @@ struct fiber_queue {
     /* consumer, under mu */
     pthread_mutex_t mu;
     uint32_t cid;               /* this handle's consumer id */
-    uint32_t window;
+    uint32_t window;            /* the next ask's size */
+    int adaptive;               /* window follows the rate (see above) */
+    uint64_t rate_ns;           /* when the last batch was asked for */
+    uint32_t rate_taken;        /* items taken since */
     int consumed;               /* has asked for items: RELEASE on free */
     struct fb_owait *pending;   /* a GET in flight */
     int pending_refill;
@@ -81,6 +95,8 @@ static int check_queue(const fiber_queue *q)
  * (its creator's fiber_queue_free). */
 static int named(const fiber_queue *q, int rc)
 {
+    if (rc != FIBER_ECLOSED) /* the common case, without a look at the text */
+        return rc;
     return fb_ohandle_freed(&q->h, rc, "queue",
                             "by its creator (fiber_queue_free)");
 }
@@ -99,6 +115,7 @@ static int queue_attach(fiber_queue **out, const char *addr,
     pthread_mutex_init(&q->mu, NULL);
     q->cid = __atomic_add_fetch(&consumer_seq, 1, __ATOMIC_RELAXED);
     q->window = DEFAULT_WINDOW;
+    q->adaptive = 1;
     q->magic = QUEUE_MAGIC;
     *out = q;
     return 0;
@@ -300,6 +317,29 @@ static int install(fiber_queue *q)
     return rc;
 }
 
+/* Before an ask: sizes an adaptive window to the rate at which the
+ * application took items since the last ask (see MAX_WINDOW); mu held.  The window grows only while the handle would empty it in under
+ * GROW_NS, so what a consumer holds beyond DEFAULT_WINDOW it was taking
+ * within about 2 ms. */
+static void adapt_window(fiber_queue *q)
+{
+    uint64_t now = fb_now_ns();
+    uint64_t took = q->rate_taken, span = now - q->rate_ns;
+    if (q->rate_ns) {
+        /* window / rate = window * span / took; growing wants a sample
+         * of a quarter window at least, shrinking none (an idle handle) */
+        uint64_t lasts = (uint64_t)q->window * span;
+        if (took >= q->window / 4 && lasts < (uint64_t)GROW_NS * took &&
+            q->window < MAX_WINDOW)
+            q->window *= 2;
+        else if (lasts > (uint64_t)SHRINK_NS * took &&
+                 q->window > DEFAULT_WINDOW)
+            q->window /= 2;
+    }
+    q->rate_ns = now;
+    q->rate_taken = 0;
+}
+
 /* Takes the next lent item: tells the server (how 1: as a lease), then
  * appends it to out; mu held. */
 static int take(fiber_queue *q, fiber_buf *out, uint32_t how, uint64_t *seq)
@@ -321,10 +361,14 @@ static int take(fiber_queue *q, fiber_buf *out, uint32_t how, uint64_t *seq)
     }
     if (rc == 0 && out)
         rc = fiber_buf_append(out, data, len);
+    q->rate_taken++;
     /* Steady demand: ask for the next batch before this one runs out. */
     if (rc == 0 && !q->pending && q->batch_full &&
-        q->batch_left < q->window / 2)
+        q->batch_left < q->window / 2) {
+        if (q->adaptive)
+            adapt_window(q);
         ask(q, q->window - q->batch_left, 1, -1);
+    }
     return rc;
 }
 
@@ -342,6 +386,8 @@ static int get_item(fiber_queue *q, fiber_buf *out, uint32_t how,
     pthread_mutex_lock(&q->mu);
     int rc = 0;
     while (rc == 0 && q->batch_left == 0) {
+        if (!q->pending && q->adaptive)
+            adapt_window(q); /* after a wait it shrinks */
         if (!q->pending)
             rc = ask(q, q->window, 0, timeout_ms);
         if (rc == 0)
@@ -424,6 +470,7 @@ FIBER_API int fiber_queue_set_prefetch(fiber_queue *q, unsigned window)
                       FB_QGET_MAX, window);
     pthread_mutex_lock(&q->mu);
     q->window = window;
+    q->adaptive = 0; /* the application's choice stays */
     pthread_mutex_unlock(&q->mu);
     return 0;
 }

@@ -69,6 +69,9 @@ struct consumer {
     struct consumer *next;
 };
 
+/* Both rings (the queue's and a consumer's lent entries) have a power of
+ * two of slots (they start at 16 and 64 and double), so an index wraps
+ * with a mask. */
 struct qstate {
     fiber_buf *items; /* ring of `ring` slots, `len` used from `head` */
     size_t head, len, ring;
@@ -104,7 +107,7 @@ static int ring_grow(struct qstate *q)
     if (!v)
         return -1;
     for (size_t i = 0; i < q->ring; i++)
-        v[i] = q->items[(q->head + i) % q->ring];
+        v[i] = q->items[(q->head + i) & (q->ring - 1)];
     free(q->items);
     q->items = v;
     q->ring = n;
@@ -116,7 +119,7 @@ static int push_back(struct qstate *q, const void *data, size_t len)
 {
     if (q->len == q->ring && ring_grow(q) != 0)
         return -1;
-    fiber_buf *b = &q->items[(q->head + q->len) % q->ring];
+    fiber_buf *b = &q->items[(q->head + q->len) & (q->ring - 1)];
     b->len = 0;
     if (fiber_buf_append(b, data, len) != 0)
         return -1;
@@ -129,7 +132,7 @@ static int push_front(struct qstate *q, fiber_buf *buf)
 {
     if (q->len == q->ring && ring_grow(q) != 0)
         return -1;
-    q->head = (q->head + q->ring - 1) % q->ring;
+    q->head = (q->head + q->ring - 1) & (q->ring - 1);
     fiber_buf old = q->items[q->head];
     q->items[q->head] = *buf;
     *buf = old; /* the slot's spare buffer, to reuse */
@@ -160,7 +163,7 @@ static struct consumer *find_consumer(struct qstate *q, struct fb_oconn *c,
 
 static struct lent *lent_at(struct consumer *k, size_t i)
 {
-    return &k->ring[(k->head + i) % k->size];
+    return &k->ring[(k->head + i) & (k->size - 1)];
 }
 
 static int lent_grow(struct consumer *k)
@@ -189,7 +192,7 @@ static int lend_one(struct qstate *q, struct consumer *k)
     e->state = LENT;
     spare.len = 0;
     q->items[q->head] = spare;
-    q->head = (q->head + 1) % q->ring;
+    q->head = (q->head + 1) & (q->ring - 1);
     q->len--;
     k->len++;
     k->held++;
@@ -284,7 +287,7 @@ static void lent_trim(struct consumer *k)
 {
     while (k->len > 0 && lent_at(k, 0)->state == DONE) {
         lent_at(k, 0)->buf.len = 0;
-        k->head = (k->head + 1) % k->size;
+        k->head = (k->head + 1) & (k->size - 1);
         k->len--;
         k->base_seq++;
     }

@@ -255,6 +255,69 @@ TEST(freed_consumer_gives_back_what_it_held)
     fiber_queue_free(q);
 }
 
+/* Counts the messages handle `other` can still get at once: what the
+ * queue holds beyond what the other consumers were lent. */
+static long available_to(fiber_queue *other)
+{
+    long n = 0;
+    while (fiber_queue_get(other, NULL, 0) == 0)
+        n++;
+    return n;
+}
+
+/* Takes n messages through h, sleeping pause_ms before each. */
+static void take_some(fiber_queue *h, int n, int pause_ms)
+{
+    for (int i = 0; i < n; i++) {
+        if (pause_ms) {
+            struct timespec ts = {0, pause_ms * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        CHECK_OK(fiber_queue_get(h, NULL, 5000));
+    }
+}
+
+/* The prefetch window: a slow consumer holds at most 64 messages, a fast
+ * one at most 512, one whose window was set at most that window. */
+TEST(prefetch_window_follows_the_consumer)
+{
+    fiber_queue *q;
+    CHECK_OK(fiber_queue_create(&q, 0));
+    fiber_buf h = {0};
+    CHECK_OK(fiber_queue_serialize(q, &h));
+    static const struct {
+        const char *what;
+        int take, pause_ms;
+        unsigned set; /* 0: the default, adaptive */
+        long bound;
+    } cases[] = {
+        {"slow consumer (500 a second)", 40, 2, 0, 64},
+        {"fast consumer", 3000, 0, 0, 512},
+        {"window set to 8", 3000, 0, 8, 8},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const long total = 5000;
+        for (int32_t i = 0; i < total; i++)
+            CHECK_OK(fiber_queue_put(q, &i, sizeof i, -1));
+        CHECK_OK(fiber_queue_flush(q, 10000));
+        fiber_queue *a, *b;
+        CHECK_OK(fiber_queue_open(&a, h.data, h.len));
+        CHECK_OK(fiber_queue_open(&b, h.data, h.len));
+        if (cases[c].set)
+            CHECK_OK(fiber_queue_set_prefetch(a, cases[c].set));
+        take_some(a, cases[c].take, cases[c].pause_ms);
+        long held = total - cases[c].take - available_to(b);
+        printf("%s: holds %ld after %d gets (bound %ld)\n", cases[c].what,
+               held, cases[c].take, cases[c].bound);
+        CHECK(held >= 0 && held <= cases[c].bound);
+        fiber_queue_free(a); /* what it held goes back */
+        CHECK_EQ(available_to(b), held);
+        fiber_queue_free(b);
+    }
+    fiber_buf_free(&h);
+    fiber_queue_free(q);
+}
+
 /* A lease acknowledged is gone; an acknowledged lease cannot be acked
  * again. */
 TEST(acknowledged_lease_is_gone)
