@@ -319,7 +319,8 @@ static int local_done(fiber_mobj *o, int rc, const void *item, size_t len,
      * call that cannot be sent does. */
     if (!f || rc == FIBER_ECLOSED)
         return rc;
-    return fb_ocall_resolved(o->h.c, rc, item, len, has_item && rc == 0, f);
+    (void)o;
+    return fb_ocall_resolved(rc, item, len, has_item && rc == 0, f);
 }
 
 /* The same for an int64 answer, stored in *v (may be NULL) without f. */

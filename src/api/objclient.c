@@ -671,14 +671,13 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
     return rc;
 }
 
-int fb_ocall_resolved(struct fb_oclient *c, int status, const void *item,
-                      size_t len, int has_item, fiber_future **f)
+int fb_ocall_resolved(int status, const void *item, size_t len, int has_item,
+                      fiber_future **f)
 {
     struct fb_owait *w = calloc(1, sizeof *w);
     if (!w)
         return fb_err(FIBER_ENOMEM, "out of memory");
     w->done = 1;
-    w->c = c;
     w->res.status = status;
     if (status != 0)
         fb_strlcpy(w->text, fiber_last_error(), sizeof w->text);
@@ -690,14 +689,11 @@ int fb_ocall_resolved(struct fb_oclient *c, int status, const void *item,
         return fb_err(FIBER_ENOMEM, "out of memory");
     }
     w->res.count = has_item ? 1 : 0;
-    pthread_mutex_lock(&clients_mu);
-    c->refs++; /* released by fb_owait_free, as for any future */
-    pthread_mutex_unlock(&clients_mu);
+    /* w->c stays NULL: done already, it needs no connection */
     int rc = fb_future_from_owait(w, f);
     if (rc) {
         fb_oresult_free(&w->res);
         free(w);
-        fb_oclient_release(c);
     }
     return rc;
 }
@@ -933,6 +929,8 @@ int fb_oopen(struct fb_oclient *c, const char *kind, const char *name,
 int fb_owait_wait(struct fb_owait *w, int timeout_ms)
 {
     struct fb_oclient *c = w->c;
+    if (!c) /* resolved when it was made (fb_ocall_resolved) */
+        return 0;
     pthread_mutex_lock(&c->mu);
     if (!w->done && fb_conn_pending(&c->conn))
         oc_write(c); /* the call may still be waiting for the flusher */
@@ -953,6 +951,8 @@ int fb_owait_wait(struct fb_owait *w, int timeout_ms)
 int fb_owait_ready(struct fb_owait *w)
 {
     struct fb_oclient *c = w->c;
+    if (!c)
+        return 1;
     pthread_mutex_lock(&c->mu);
     if (!w->done && !c->reading && !c->dead) {
         struct pollfd pf = {.fd = c->conn.fd, .events = POLLIN};
@@ -978,6 +978,11 @@ int fb_owait_take(struct fb_owait *w, fiber_buf *out)
 void fb_owait_free(struct fb_owait *w)
 {
     struct fb_oclient *c = w->c;
+    if (!c) {
+        fb_oresult_free(&w->res);
+        free(w);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     if (w->done || c->dead) {
         unlink_wait(c, w);

@@ -206,8 +206,8 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
 /* A future that is already resolved: with status (its text
  * fiber_last_error()'s) and, with has_item, the item (item, len).  For
  * calls made in shared memory (mobj.c). */
-int fb_ocall_resolved(struct fb_oclient *c, int status, const void *item,
-                      size_t len, int has_item, fiber_future **f);
+int fb_ocall_resolved(int status, const void *item, size_t len, int has_item,
+                      fiber_future **f);
 
 /* Posts a call whose operation sends no reply (the object frees it with
  * fb_oreq_done); returns once it is written.  FIBER_ECLOSED if the
