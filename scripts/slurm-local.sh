@@ -40,7 +40,13 @@
 # is fine for tests), SLURM_LOCAL_MEM=2048 MB per node,
 # SLURM_LOCAL_PORT=16817: slurmctld port; node nX listens on PORT+X,
 # SLURM_LOCAL_MIN_JOB_AGE=300: seconds finished jobs stay visible (MinJobAge;
-# Slurm purges them up to a minute later still).
+# Slurm purges them up to a minute later still),
+# SLURM_LOCAL_CRED_EXPIRE=30: the lifetime of a job's credential
+# (AuthInfo cred_expire, Slurm's default 120), which is also how long a
+# requeued job is held (Reason=BeginTime) before it may start again: a
+# slurmd refuses to launch a job whose previous start it saw revoked
+# within that time ("Job credential revoked"), so the hold must not be
+# cut short.
 # Partitions: debug (default) and other, both on all nodes.
 #
 # Daemons run as the invoking user (root on the test machines), so jobs
@@ -55,6 +61,7 @@ CPUS=${SLURM_LOCAL_CPUS:-16}
 MEM=${SLURM_LOCAL_MEM:-2048}
 PORT=${SLURM_LOCAL_PORT:-16817}
 MINAGE=${SLURM_LOCAL_MIN_JOB_AGE:-300}
+CRED_EXPIRE=${SLURM_LOCAL_CRED_EXPIRE:-30}
 CONF=$DIR/slurm.conf
 MDIR=$DIR/munge
 SOCK=$MDIR/munge.socket
@@ -205,7 +212,7 @@ SlurmUser=$user
 SlurmdUser=$user
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$SOCK
+AuthInfo=socket=$SOCK,cred_expire=$CRED_EXPIRE
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/run/slurmctld.pid
@@ -227,8 +234,10 @@ SelectTypeParameters=CR_Core,CR_LLN
 SchedulerType=sched/backfill
 # batch_sched_delay=0: slurmctld schedules batch jobs in its once-a-second
 # background loop (never at submit); the default 3 s delay would make a job
-# wait 1-3 s before it starts.
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+# wait 1-3 s before it starts.  sched_interval=5: the main loop that
+# tests every pending job runs every 5 s (default 60), so a requeued job
+# starts within seconds of its hold's end.
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=5
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
