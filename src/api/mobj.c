@@ -11,8 +11,8 @@
  * FIBER_EAGAIN, a positive one with FIBER_ETIMEDOUT when it passes.
  *
  * In shared memory.  A handle on a dict, value, lock or rlock whose
- * manager is on this host (a unix socket) maps the object's segment when
- * it is opened (M_SHARE, mshm.h) and makes its calls itself on it, with
+ * manager is on this host (a unix socket) maps the object's segment at
+ * its first call (M_SHARE, mshm.h) and makes its calls itself on it, with
  * the results, errors and texts the manager would give; a call with a
  * future gets one that is already resolved.  An asynchronous acquire
  * still goes to the manager, which parks it.  Where the segment cannot
