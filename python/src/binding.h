@@ -91,6 +91,7 @@ int fbp_pool_init(PyObject *m);
 int fbp_queue_init(PyObject *m);
 int fbp_manager_init(PyObject *m);
 int fbp_ring_init(PyObject *m);
+int fbp_object_init(PyObject *m);
 
 /* A future over a fiber_future: the result of Pool.apply_async, and of
  * every asynchronous manager call.  kind says how its bytes read: 0 raw
