@@ -131,3 +131,31 @@ def test_only_the_master_puts(script):
     r = script(PUT_IN_CHILD)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("refused: fiber.put(): only the master"), r.stdout
+
+
+def scaled(theta, i, k=1):
+    return float(theta[i]) * k
+
+
+def test_pool_shared_argument_is_put_once_and_released_after_the_call():
+    from fiber import objects
+    theta = np.arange(50_000, dtype=np.float32)
+    with fiber.Pool(2) as pool:
+        assert pool.map(scaled, range(5), chunksize=1, shared=theta) == \
+            [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert pool.map(scaled, range(100), shared=theta)[99] == 99.0
+        assert pool.starmap(scaled, [(3, 2), (4, 3)], shared=theta) == [6.0, 12.0]
+        assert pool.apply(scaled, (7,), {"k": 10}, shared=theta) == 70.0
+        res = pool.map_async(scaled, range(3), shared=theta)
+        assert res.get(60) == [0.0, 1.0, 2.0]
+        got = []
+        res = pool.apply_async(scaled, (9,), shared=theta, callback=got.append)
+        res.wait(60)
+        assert got == [9.0]
+        # None is a value to share too
+        assert pool.apply(lambda_free_is_none, (1,), shared=None) is True
+    assert not objects._held, objects._held      # every put was released
+
+
+def lambda_free_is_none(value, _):
+    return value is None
