@@ -86,7 +86,7 @@ ref_to() {
     fi
     echo "$dir/ref-$n.ckpt"
 }
-K=$((N / 3))
+K=10 # a short last life: its reference run is as long as the whole run
 lives="--after-resumes 2:$K"
 
 status=0
