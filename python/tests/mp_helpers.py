@@ -87,3 +87,27 @@ def put_child_info(q):
 
 def sleep_for(seconds):
     time.sleep(seconds)
+
+
+def objects_made_in_a_job(q):
+    """What fiber.Lock() and fiber.Value() are in a job: multiprocessing's
+    own, usable by the job and refusing to travel."""
+    import pickle
+    import fiber
+    lock = fiber.Lock()
+    v = fiber.Value("i", 3)
+    with v.get_lock():
+        v.value += 1
+    try:
+        pickle.dumps(lock)
+        travels = True
+    except RuntimeError:
+        travels = False
+    q.put((type(lock).__module__, lock.acquire(timeout=T), v.value, travels))
+
+
+def take_and_die(lock, taken):
+    assert lock.acquire(timeout=T)
+    taken.set()
+    import os
+    os._exit(3)

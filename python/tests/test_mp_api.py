@@ -427,3 +427,42 @@ def test_joinable_queue_join_waits_for_task_done():
     assert jq.get(timeout=T) == "a"
     jq.task_done()
     assert jq.join(T) is True
+
+
+# ---- where the objects live -------------------------------------------------------
+
+def test_objects_made_in_a_job_are_multiprocessing_s_own():
+    q = fiber.Queue()
+    p = fiber.Process(target=mh.objects_made_in_a_job, args=(q,))
+    p.start()
+    module, acquired, value, travels = q.get(timeout=T)
+    p.join(T)
+    assert p.exitcode == 0
+    assert module.startswith("multiprocessing")
+    assert acquired and value == 4 and not travels
+
+
+def test_an_object_never_pickled_is_freed_with_its_last_reference():
+    import gc
+    kept = fiber.Lock()
+    pickle.dumps(kept)  # may live elsewhere now: kept until the run ends
+    kept_mobj = kept._h.mobj
+    dropped = fiber.Lock()
+    dropped_mobj = dropped._h.mobj
+    del kept, dropped
+    gc.collect()
+    assert kept_mobj.op(fiber._fiber.OP_LOCK_ACQUIRE, 0, 0) is None
+    with pytest.raises(fiber.FiberError, match="not a valid"):
+        dropped_mobj.op(fiber._fiber.OP_LOCK_ACQUIRE, 0, 0)
+
+
+def test_a_lock_held_by_a_dead_process_is_released():
+    lock = fiber.Lock()
+    taken = fiber.Event()
+    p = fiber.Process(target=mh.take_and_die, args=(lock, taken))
+    p.start()
+    assert taken.wait(T)
+    p.join(T)
+    assert p.exitcode == 3
+    assert lock.acquire(timeout=T)
+    lock.release()
