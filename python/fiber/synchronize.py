@@ -312,7 +312,13 @@ class _LockCondition:
 
     def wait(self, timeout=None):
         self._sleepers.release()
-        depth = self._release_all()
+        try:
+            depth = self._release_all()
+        except BaseException:
+            # Leave as a sleeper that gave up at once: a notify that
+            # counted it still gets its confirmation, never waits for it.
+            self._woken.release()
+            raise
         try:
             return self._wakeup.acquire(True, timeout)
         finally:

@@ -466,3 +466,17 @@ def test_a_lock_held_by_a_dead_process_is_released():
     assert p.exitcode == 3
     assert lock.acquire(timeout=T)
     lock.release()
+
+
+def test_condition_notify_after_a_wait_without_the_lock_does_not_hang():
+    cond = fiber.Condition(fiber.RLock())
+    with pytest.raises(RuntimeError):
+        cond.wait(0.01)
+
+    def notify():
+        with cond:
+            cond.notify()
+    t = threading.Thread(target=notify, daemon=True)
+    t.start()
+    t.join(T)
+    assert not t.is_alive(), "notify waits for a sleeper that never slept"
