@@ -111,3 +111,10 @@ def take_and_die(lock, taken):
     taken.set()
     import os
     os._exit(3)
+
+
+def add_under_lock(v, n):
+    for _ in range(n):
+        with v.get_lock():
+            v.value += 1
+    return n

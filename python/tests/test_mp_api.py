@@ -480,3 +480,12 @@ def test_condition_notify_after_a_wait_without_the_lock_does_not_hang():
     t.start()
     t.join(T)
     assert not t.is_alive(), "notify waits for a sleeper that never slept"
+
+
+def test_shared_objects_travel_in_pool_tasks():
+    v = fiber.Value("q", 0)
+    with fiber.get_context().Pool(2) as pool:
+        results = [pool.apply_async(mh.add_under_lock, (v, 50))
+                   for _ in range(4)]
+        assert [r.get(T) for r in results] == [50] * 4
+    assert v.value == 200
