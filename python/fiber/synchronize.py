@@ -13,7 +13,8 @@ such a lock held forever); a Semaphore's unit taken by a dead process
 stays taken, as in multiprocessing.
 
 Built in Python on the manager's objects (the C core has no such kind):
-BoundedSemaphore's bound (an int64 value beside the semaphore),
+Semaphore.get_value() and BoundedSemaphore's bound (an int64 value
+counting free units beside the semaphore),
 Condition(lock) with a lock of the caller's (three semaphores, the
 textbook construction; Condition() with no lock is the core's native
 condition), Barrier's action, default timeout, abort(), broken and
@@ -120,26 +121,32 @@ class RLock(Lock):
 
 class Semaphore(_Object):
     """multiprocessing.Semaphore(value=1): acquire(block, timeout),
-    release().  get_value() raises NotImplementedError: the manager's
-    semaphore cannot be read without changing it (multiprocessing on
-    macOS raises the same)."""
+    release(), get_value().  The units are the manager's semaphore; beside
+    it an int64 of the manager counts the free units for get_value() and
+    BoundedSemaphore's bound: an acquire records its unit after taking it,
+    a release records it before giving it back, so the count never falls
+    below the true one (it may be above it by the acquires in progress)."""
     KIND = _fiber.K_SEMAPHORE
 
     def __init__(self, value=1, *, ctx=None):
         if value < 0:
             raise ValueError("semaphore initial value must be >= 0")
         super().__init__(value)
+        self._free = Handle.create(_fiber.K_VALUE, value)
 
     def acquire(self, block=True, timeout=None):
-        return self._try(_fiber.OP_SEM_ACQUIRE, _ms(block, timeout))
+        ok = self._try(_fiber.OP_SEM_ACQUIRE, _ms(block, timeout))
+        if ok:
+            self._free.mobj.value(_fiber.VOP_ADD, -1)
+        return ok
 
     def release(self):
+        self._free.mobj.value(_fiber.VOP_ADD, 1)
         self._op(_fiber.OP_SEM_RELEASE)
 
     def get_value(self):
-        raise NotImplementedError("fiber's Semaphore lives in a manager "
-                                  "that cannot read its count without "
-                                  "taking a unit")
+        """The number of free units (a snapshot, as multiprocessing's)."""
+        return max(0, self._free.mobj.value(_fiber.VOP_GET))
 
     def __enter__(self):
         return self.acquire()
@@ -148,26 +155,19 @@ class Semaphore(_Object):
         self.release()
 
     def __repr__(self):
-        return "<%s(fiber)>" % type(self).__name__
+        return "<%s(fiber) value=%d>" % (type(self).__name__,
+                                         self.get_value())
 
 
 class BoundedSemaphore(Semaphore):
     """multiprocessing.BoundedSemaphore(value=1): release() beyond the
-    initial value raises ValueError.  The count of free units is an int64
-    value beside the semaphore: an acquire records its unit after taking
-    it, a release checks and records before giving it back, so a release
-    that matches an acquire never fails."""
+    initial value raises ValueError.  A release that matches an acquire
+    never fails: the free count it checks is at most the true one plus
+    the acquires in progress, and its own unit is not among those."""
 
     def __init__(self, value=1, *, ctx=None):
         super().__init__(value)
         self._bound = value
-        self._free = Handle.create(_fiber.K_VALUE, value)
-
-    def acquire(self, block=True, timeout=None):
-        ok = super().acquire(block, timeout)
-        if ok:
-            self._free.mobj.value(_fiber.VOP_ADD, -1)
-        return ok
 
     def release(self):
         v = self._free.mobj
@@ -177,12 +177,7 @@ class BoundedSemaphore(Semaphore):
                 raise ValueError("semaphore or lock released too many times")
             if v.value(_fiber.VOP_CAS, now, now + 1) == now:
                 break
-        super().release()
-
-    def get_value(self):
-        """The number of free units (as far as the recorded count knows:
-        an acquire in progress may not be counted yet)."""
-        return self._free.mobj.value(_fiber.VOP_GET)
+        self._op(_fiber.OP_SEM_RELEASE)
 
 
 # ---- event ---------------------------------------------------------------------

@@ -335,9 +335,12 @@ def test_semaphore_counts_its_holders():
         p.join(T * 2)
         assert p.exitcode == 0
     assert most.value <= 2
+    assert sem.get_value() == 2
     assert sem.acquire(timeout=T) and sem.acquire(timeout=T)
+    assert sem.get_value() == 0
     assert sem.acquire(False) is False
     sem.release()
+    assert sem.get_value() == 1
     sem.release()
 
 
@@ -345,6 +348,7 @@ def test_bounded_semaphore_refuses_extra_release():
     b = fiber.BoundedSemaphore(1)
     with pytest.raises(ValueError):
         b.release()
+    assert b.get_value() == 1
     assert b.acquire(timeout=T)
     assert b.acquire(False) is False
     b.release()
