@@ -115,12 +115,11 @@ def resumed():
     return _fiber.resumed()
 
 
-# ---- multiprocessing's public API (fiber.context) ------------------------------
+# ---- multiprocessing's public API (fiber.context) ------------------------
 # Every name of multiprocessing.__all__ (docs/python.md, "multiprocessing's
 # names in fiber"): sync objects and shared ctypes served by the run's
 # default manager (fiber._shared), the context and start-method calls,
 # and multiprocessing's exceptions.
-from . import context as _context
 from .context import (AuthenticationError, BufferTooShort, ProcessError,
                       allow_connection_pickling, freeze_support,
                       get_all_start_methods, get_context, get_logger,
