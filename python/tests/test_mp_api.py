@@ -493,3 +493,30 @@ def test_shared_objects_travel_in_pool_tasks():
                    for _ in range(4)]
         assert [r.get(T) for r in results] == [50] * 4
     assert v.value == 200
+
+
+def test_multiprocessing_docs_shared_memory_example_runs_unchanged(script):
+    # "Sharing state between processes" in the multiprocessing docs, with
+    # its import changed.
+    r = script("""
+from fiber import Process, Value, Array
+
+def f(n, a):
+    n.value = 3.1415927
+    for i in range(len(a)):
+        a[i] = -a[i]
+
+if __name__ == '__main__':
+    num = Value('d', 0.0)
+    arr = Array('i', range(10))
+
+    p = Process(target=f, args=(num, arr))
+    p.start()
+    p.join()
+
+    print(num.value)
+    print(arr[:])
+""", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == [
+        "3.1415927", str([-i for i in range(10)])]
