@@ -11,6 +11,10 @@ rlocks, int64 values and dicts in shared memory; any other process (a
 container, a Slurm node, a pod) reaches them over the manager's socket.
 Their handles pickle, so an object passes to any job of the run.
 
+If the manager dies, every call on its objects raises fiber.ClosedError
+(a wait in progress too: nothing hangs), and the next object created
+starts a new manager.
+
 Lifetime: an object that was never pickled is released (its memory in the
 manager freed) when the master's last reference to it goes.  One that was
 pickled, so that another process may hold it, lives until the run ends.
@@ -35,9 +39,10 @@ def manager():
             _runtime.require_master("creating a shared object "
                                     "(fiber.Lock(), fiber.Value(), ...)")
             _manager = _fiber.Manager(name="Shared-objects")
-            # First in the list, so it runs last at exit: after the
-            # children using its objects have been joined.
-            _runtime._shutdown_hooks.insert(0, _stop)
+            if _stop not in _runtime._shutdown_hooks:
+                # First in the list, so it runs last at exit: after the
+                # children using its objects have been joined.
+                _runtime._shutdown_hooks.insert(0, _stop)
         return _manager
 
 
@@ -47,6 +52,17 @@ def _stop():
         m, _manager = _manager, None
     if m is not None:
         m.shutdown()
+
+
+def _forget(dead):
+    global _manager
+    with _lock:
+        if _manager is dead:
+            _manager = None
+    try:
+        dead.shutdown()
+    except Exception:
+        pass
 
 
 def code(e):
@@ -64,7 +80,15 @@ class Handle:
 
     @classmethod
     def create(cls, kind, n=0):
-        mobj = manager().create(kind, None, n)
+        m = manager()
+        try:
+            mobj = m.create(kind, None, n)
+        except _fiber.ClosedError:
+            # The default manager died (killed, out of memory): its
+            # objects are gone (their calls raise ClosedError), but new
+            # ones get a new manager.
+            _forget(m)
+            mobj = manager().create(kind, None, n)
         state = {"shared": False}
         h = cls(mobj, state)
         f = weakref.finalize(h, _release_if_private, mobj, state)

@@ -520,3 +520,53 @@ if __name__ == '__main__':
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == [
         "3.1415927", str([-i for i in range(10)])]
+
+
+def _default_manager_pids():
+    """The pids of this master's Shared-objects job (local backend)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as f:
+                cmd = f.read()
+            with open("/proc/%s/stat" % entry) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"--fiber-job=Shared-objects" in cmd:
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.local_only
+def test_a_dead_default_manager_fails_waits_and_is_replaced():
+    import signal
+    ev = fiber.Event()
+    got = []
+
+    def waiter():
+        try:
+            got.append(ev.wait(T))
+        except Exception as e:
+            got.append(e)
+    t = threading.Thread(target=waiter, daemon=True)
+    t.start()
+    time.sleep(0.2)
+    pids = _default_manager_pids()
+    assert len(pids) == 1
+    os.kill(pids[0], signal.SIGKILL)
+    t.join(T)
+    assert not t.is_alive()
+    assert isinstance(got[0], fiber.ClosedError), got
+    with pytest.raises(fiber.ClosedError):
+        ev.set()
+    # A new object gets a new manager, and works across processes.
+    lock = fiber.Lock()
+    counter = fiber.RawValue("i", 0)
+    p = fiber.Process(target=mh.count_under_lock, args=(lock, counter, 10))
+    p.start()
+    p.join(T)
+    assert p.exitcode == 0 and counter.value == 10
+    assert len(_default_manager_pids()) == 1
