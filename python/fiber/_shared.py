@@ -83,10 +83,14 @@ class Handle:
         m = manager()
         try:
             mobj = m.create(kind, None, n)
-        except _fiber.ClosedError:
+        except _fiber.FiberError as e:
             # The default manager died (killed, out of memory): its
             # objects are gone (their calls raise ClosedError), but new
-            # ones get a new manager.
+            # ones get a new manager.  Until the master has seen the job
+            # end, a create fails to reconnect instead (EUNREACHABLE).
+            if not (isinstance(e, _fiber.ClosedError) or
+                    str(getattr(e, "errname", "")).endswith("EUNREACHABLE")):
+                raise
             _forget(m)
             mobj = manager().create(kind, None, n)
         state = {"shared": False}
