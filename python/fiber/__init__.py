@@ -113,3 +113,29 @@ def resumed():
         return 0
     _runtime.ensure()
     return _fiber.resumed()
+
+
+# ---- multiprocessing's public API (fiber.context) ------------------------
+# Every name of multiprocessing.__all__ (docs/python.md, "multiprocessing's
+# names in fiber"): sync objects and shared ctypes served by the run's
+# default manager (fiber._shared), the context and start-method calls,
+# and multiprocessing's exceptions.
+from .context import (AuthenticationError, BufferTooShort, ProcessError,
+                      allow_connection_pickling, freeze_support,
+                      get_all_start_methods, get_context, get_logger,
+                      get_start_method, log_to_stderr, parent_process,
+                      reducer, set_executable, set_forkserver_preload,
+                      set_start_method)
+from .context import (Array, Barrier, BoundedSemaphore, Condition, Event,
+                      JoinableQueue, Lock, RLock, RawArray, RawValue,
+                      Semaphore, Value)
+
+__all__ += [
+    "Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "Condition",
+    "Barrier", "Value", "Array", "RawValue", "RawArray", "JoinableQueue",
+    "get_context", "set_start_method", "get_start_method",
+    "get_all_start_methods", "freeze_support", "parent_process",
+    "get_logger", "log_to_stderr", "ProcessError", "AuthenticationError",
+    "BufferTooShort", "allow_connection_pickling", "reducer",
+    "set_executable", "set_forkserver_preload",
+]
