@@ -236,3 +236,107 @@ def Pipe(duplex=True):
         return Connection(a, True, True), Connection(b, True, True)
     # fiber_pipe_create: a sends, b receives; multiprocessing: (reader, writer)
     return Connection(b, True, False), Connection(a, False, True)
+
+
+# ---- Uber Fiber's SimpleQueuePush and SimpleQueuePull ---------------------
+
+_DATA, _CONNECT = b"D", b"C"
+
+
+class SimpleQueuePull(SimpleQueue):
+    """Uber Fiber's SimpleQueuePull: a reader receives an item when it asks
+    for one, so items go to whichever reader is free (load balanced by
+    workload).  This is how every fiber queue works: it is SimpleQueue."""
+
+
+class SimpleQueuePush:
+    """Uber Fiber's SimpleQueuePush: items are pushed to the readers in
+    turn (round robin), whether or not a reader is busy, as Fiber's
+    nanomsg push sockets did.  put() and get() (block, timeout); it
+    pickles, and every copy pickled in the master (a Process argument)
+    is a reader of its own.
+
+    How: the master (which creates the queue) keeps an inbox queue and one
+    queue per reader, and a dealer thread that moves each item of the
+    inbox to the next connected reader's queue.  A reader connects at its
+    first get(); items put before any reader connected wait in the
+    master and go, in turn, to the readers that connect.  The dealer
+    lives as long as the master; copies in jobs need the master."""
+
+    def __init__(self, *, _state=None):
+        if _state is not None:
+            self._inbox, self._slot, self._slot_id = _state
+            self._connected = False
+            return
+        _runtime.require_master("fiber.queues.SimpleQueuePush()")
+        self._inbox = _fiber.Queue.create(0)
+        self._slots = []
+        self._slot, self._slot_id = self._new_slot()
+        self._connected = False
+        import threading
+        self._dealer = threading.Thread(target=_deal, daemon=True,
+                                        args=(self._inbox, self._slots),
+                                        name="fiber-push-queue")
+        self._dealer.start()
+
+    def _new_slot(self):
+        slot = _fiber.Queue.create(0)
+        self._slots.append(slot)
+        return slot, len(self._slots) - 1
+
+    def put(self, obj, block=True, timeout=None):
+        self._inbox.put(_DATA + _dumps(obj), -1)
+
+    def get(self, block=True, timeout=None):
+        if not self._connected:
+            self._inbox.put(_CONNECT + str(self._slot_id).encode(), -1)
+            self._connected = True
+        try:
+            data = self._slot.get(_ms(block, timeout))
+        except _fiber.FiberError as e:
+            if getattr(e, "code", None) in _WOULD_WAIT:
+                raise _stdqueue.Empty from None
+            raise
+        return pickle.loads(data)
+
+    def empty(self):
+        return self._slot.size() == 0
+
+    def close(self):
+        pass
+
+    def __reduce__(self):
+        if hasattr(self, "_slots"):       # the master: a new reader
+            slot, slot_id = self._new_slot()
+        else:                             # a job: this copy's reader
+            slot, slot_id = self._slot, self._slot_id
+        return (_rebuild_push, (self._inbox.serialize(), slot.serialize(),
+                                slot_id))
+
+
+def _rebuild_push(inbox, slot, slot_id):
+    return SimpleQueuePush(_state=(_fiber.Queue.open(inbox),
+                                   _fiber.Queue.open(slot), slot_id))
+
+
+def _deal(inbox, slots):
+    """The dealer: the inbox's items to the connected readers in turn."""
+    import collections
+    readers = []
+    waiting = collections.deque()   # items put before any reader connected
+    turn = 0
+    while True:
+        try:
+            msg = inbox.get(-1)
+        except _fiber.FiberError:
+            return                    # fiber is shutting down
+        if msg[:1] == _CONNECT:
+            readers.append(slots[int(msg[1:])])
+        else:
+            waiting.append(msg[1:])
+        while readers and waiting:
+            try:
+                readers[turn % len(readers)].put(waiting.popleft(), -1)
+            except _fiber.FiberError:
+                return
+            turn += 1
