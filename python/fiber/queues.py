@@ -100,10 +100,62 @@ def _rebuild_queue(cls, ser, maxsize):
 
 
 class SimpleQueue(Queue):
-    """multiprocessing.SimpleQueue: put, get, empty, close."""
+    """multiprocessing.SimpleQueue: put, get, empty, close.  Also Uber
+    Fiber's ``reader`` and ``writer``: the queue's two ends as
+    connections (``reader.recv()``, ``writer.send(obj)``)."""
 
     def __init__(self, *, ctx=None, _handle=None):
         super().__init__(0, _handle=_handle)
+
+    @property
+    def reader(self):
+        return _QueueEnd(self, True)
+
+    @property
+    def writer(self):
+        return _QueueEnd(self, False)
+
+
+class _QueueEnd:
+    """One end of a SimpleQueue as Uber Fiber exposed it: the reader's
+    recv() and poll(timeout), the writer's send(obj)."""
+
+    def __init__(self, queue, reading):
+        self._queue = queue
+        self._reading = reading
+
+    def _check(self, reading):
+        if reading != self._reading:
+            raise OSError("this is the queue's %s end"
+                          % ("reading" if self._reading else "writing"))
+
+    def recv(self):
+        self._check(True)
+        return self._queue.get()
+
+    def poll(self, timeout=0.0):
+        self._check(True)
+        return self._queue._q.size() > 0 if not timeout else \
+            _poll_size(self._queue, timeout)
+
+    def send(self, obj):
+        self._check(False)
+        self._queue.put(obj)
+
+    def __repr__(self):
+        return "<%s end of %r>" % ("reading" if self._reading else "writing",
+                                   self._queue)
+
+
+def _poll_size(queue, timeout):
+    """True once queue holds an item, checking until timeout seconds."""
+    import time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while queue._q.size() == 0:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 class Connection:
@@ -260,8 +312,12 @@ class SimpleQueuePush:
     queue per reader, and a dealer thread that moves each item of the
     inbox to the next connected reader's queue.  A reader connects at its
     first get(); items put before any reader connected wait in the
-    master and go, in turn, to the readers that connect.  The dealer
-    lives as long as the master; copies in jobs need the master."""
+    master.  When a reader connects, the items dealt to the others that
+    they have not taken yet are dealt again, in their order, among all
+    the readers: a reader whose job started late is not left without
+    items (and without the message that tells it to stop) while the
+    others hold a backlog.  The dealer lives as long as the master; the
+    copies in jobs need the master."""
 
     def __init__(self, *, _state=None):
         if _state is not None:
@@ -297,7 +353,7 @@ class SimpleQueuePush:
             if getattr(e, "code", None) in _WOULD_WAIT:
                 raise _stdqueue.Empty from None
             raise
-        return pickle.loads(data)
+        return pickle.loads(memoryview(data)[_SEQ.size:])
 
     def empty(self):
         return self._slot.size() == 0
@@ -319,24 +375,45 @@ def _rebuild_push(inbox, slot, slot_id):
                                    _fiber.Queue.open(slot), slot_id))
 
 
+import struct as _struct  # noqa: E402
+
+_SEQ = _struct.Struct("<Q")   # each dealt item: its sequence number, data
+
+
+def _take_back(readers):
+    """The items dealt to readers and not taken yet, in put order."""
+    back = []
+    for slot in readers:
+        while True:
+            try:
+                back.append(slot.get(0))
+            except _fiber.FiberError as e:
+                if getattr(e, "code", None) in _WOULD_WAIT:
+                    break
+                raise
+    back.sort(key=lambda item: _SEQ.unpack_from(item)[0])
+    return [item[_SEQ.size:] for item in back]
+
+
 def _deal(inbox, slots):
     """The dealer: the inbox's items to the connected readers in turn."""
     import collections
     readers = []
-    waiting = collections.deque()   # items put before any reader connected
-    turn = 0
-    while True:
-        try:
+    waiting = collections.deque()   # items no reader holds yet
+    turn = seq = 0
+    try:
+        while True:
             msg = inbox.get(-1)
-        except _fiber.FiberError:
-            return                    # fiber is shutting down
-        if msg[:1] == _CONNECT:
-            readers.append(slots[int(msg[1:])])
-        else:
-            waiting.append(msg[1:])
-        while readers and waiting:
-            try:
-                readers[turn % len(readers)].put(waiting.popleft(), -1)
-            except _fiber.FiberError:
-                return
-            turn += 1
+            if msg[:1] == _CONNECT:
+                waiting.extendleft(reversed(_take_back(readers)))
+                readers.append(slots[int(msg[1:])])
+                turn = 0
+            else:
+                waiting.append(msg[1:])
+            while readers and waiting:
+                readers[turn % len(readers)].put(
+                    _SEQ.pack(seq) + waiting.popleft(), -1)
+                turn += 1
+                seq += 1
+    except _fiber.FiberError:
+        return                      # fiber is shutting down
