@@ -441,6 +441,25 @@ class Pool:
 _RETRIES = 10
 
 
+# Uber Fiber's pool classes: ZPool was its Pool without error handling,
+# ResilientZPool (fiber.pool.Pool there) its Pool(error_handling=True).
+ZPool = Pool
+
+
+class ResilientZPool(Pool):
+    """Uber Fiber's ResilientZPool: Pool(error_handling=True)."""
+
+    def __init__(self, processes=None, initializer=None, initargs=(),
+                 maxtasksperchild=None, cluster=None, **kwargs):
+        if cluster is not None:
+            raise NotImplementedError(
+                "ResilientZPool(cluster=...): Fiber never used it; fiber's "
+                "jobs go to the configured backend")
+        kwargs.setdefault("error_handling", True)
+        super().__init__(processes, initializer, initargs, maxtasksperchild,
+                         **kwargs)
+
+
 class IMapIterator:
     """What imap returns: iterate it, or call ``next(timeout)``, which
     raises fiber.TimeoutError (a multiprocessing.TimeoutError) when no

@@ -239,3 +239,13 @@ def test_fiberconfig_refuses_fibers_keys_without_a_counterpart(script,
     assert r.returncode != 0
     assert "Uber Fiber's key 'ipc_active'" in r.stderr
     assert "always dial their master" in r.stderr
+
+
+def test_fibers_pool_class_names():
+    from fiber.pool import ResilientZPool, ZPool
+    assert ZPool is fiber.Pool
+    p = ResilientZPool(1)
+    try:
+        assert p._error_handling and isinstance(p, fiber.Pool)
+    finally:
+        p.terminate()
