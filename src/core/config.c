@@ -764,6 +764,18 @@ static int apply_fiber_log_file(struct fb_config *c, const char *value,
     return fb_config_apply(c, "log_dir", folder, origin);
 }
 
+/* Whether name is one of Fiber's keys that fiber's table lacks. */
+static int is_fiber_only_key(const char *name)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(fiber_aliases); i++)
+        if (strcmp(name, fiber_aliases[i].name) == 0)
+            return 1;
+    for (size_t i = 0; i < FB_ARRAY_LEN(fiber_refusals); i++)
+        if (strcmp(name, fiber_refusals[i].name) == 0)
+            return 1;
+    return strcmp(name, "log_file") == 0 || strcmp(name, "debug") == 0;
+}
+
 static int apply_fiber_pair(struct fb_config *c, const char *name,
                             const char *value, const char *origin)
 {
@@ -874,7 +886,7 @@ static int apply_env_entry(struct fb_config *c, const char *entry,
         for (size_t i = 0; i < key_len; i++)
             key[i] = (char)tolower((unsigned char)suffix[i]);
         key[key_len] = '\0';
-        known = fb_config_known(key);
+        known = fb_config_known(key) || is_fiber_only_key(key);
     }
     if (!known)
         return fb_err(FIBER_ECONFIG,
@@ -885,6 +897,10 @@ static int apply_env_entry(struct fb_config *c, const char *entry,
     char origin[128];
     snprintf(origin, sizeof origin, "environment variable %.*s",
              (int)name_len, entry);
+    /* Uber Fiber's variables (FIBER_DEFAULT_BACKEND, FIBER_LOG_LEVEL=
+     * warning, ...) as its [default] section's keys. */
+    if (is_fiber_only_key(key) || strcmp(key, "log_level") == 0)
+        return apply_fiber_pair(c, key, entry + name_len + 1, origin);
     return fb_config_apply(c, key, entry + name_len + 1, origin);
 }
 

@@ -641,6 +641,29 @@ TEST(env_applies_keys)
     CHECK_OK(fb_config_load_env(&c, NULL));
 }
 
+/* Uber Fiber's variables: FIBER_ + its key in upper case. */
+TEST(env_uber_fiber_variables)
+{
+    char *envp[] = {"FIBER_DEFAULT_BACKEND=slurm", "FIBER_LOG_LEVEL=warning",
+                    "FIBER_DEFAULT_IMAGE=fiber-test:latest",
+                    "FIBER_KUBERNETES_NAMESPACE=research",
+                    "FIBER_LOG_FILE=/var/tmp/f/fiber.log", NULL};
+    struct fb_config c;
+    fb_config_defaults(&c);
+    c.log_level = FIBER_LOG_DEBUG;
+    CHECK_OK(fb_config_load_env(&c, envp));
+    CHECK_STR(c.backend, "slurm");
+    CHECK_EQ(c.log_level, FIBER_LOG_WARN);
+    CHECK_STR(c.image, "fiber-test:latest");
+    CHECK_STR(c.k8s_namespace, "research");
+    CHECK_STR(c.log_dir, "/var/tmp/f");
+
+    char *refused[] = {"FIBER_CPU_PER_JOB=2", NULL};
+    CHECK_ERR(fb_config_load_env(&c, refused), FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "Uber Fiber's key 'cpu_per_job' "
+                   "(environment variable FIBER_CPU_PER_JOB)");
+}
+
 TEST(env_unknown_variable)
 {
     char *envp[] = {"FIBER_LOG_LEVEL=debug", "FIBER_NOPE=1", NULL};
