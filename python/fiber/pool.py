@@ -485,9 +485,6 @@ class IMapIterator:
     def __iter__(self):
         return self
 
-    def __next__(self):
-        return self.next()
-
     def _more(self):
         """The next chunk's payload, or None when the input is used up."""
         if self._exhausted:
@@ -517,25 +514,22 @@ class IMapIterator:
 
     def next(self, timeout=None):
         with self._lock:
-            if self._ready:
-                return self._ready.popleft()
-            self._fill()
-            if not self._in_flight:
-                raise StopIteration
-            try:
-                res = self._take(timeout)
-            except TimeoutError:
-                raise
-            except BaseException:
-                self._drop_failed()
-                raise
-            value = res.get(0)
-            if self._chunksize > 1:
+            while not self._ready:
+                self._fill()
+                if not self._in_flight:
+                    raise StopIteration
+                try:
+                    res = self._take(timeout)
+                except TimeoutError:
+                    raise                 # the result stays for later
+                except BaseException:
+                    self._drop_failed()   # this item's (chunk's) error
+                    raise
+                value = res.get(0)
+                if self._chunksize == 1:
+                    return value
                 self._ready.extend(value)
-                if not self._ready:
-                    return self.next(timeout)
-                return self._ready.popleft()
-            return value
+            return self._ready.popleft()
 
     __next__ = next
 

@@ -68,10 +68,11 @@ def pip(venv, *args):
     cmd = [os.path.join(venv, "bin", "python"), "-m", "pip",
            "--disable-pip-version-check", "-q"] + list(args)
     try:
-        return subprocess.run(cmd, capture_output=True, text=True,
-                              timeout=600).returncode == 0, cmd
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        return False, cmd
+        return False, "%s: timed out after 600 s" % " ".join(cmd)
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    return r.returncode == 0, "%s: %s" % (" ".join(cmd), last)
 
 
 def fetch_sdist(venv, work):
@@ -86,7 +87,7 @@ def fetch_sdist(venv, work):
                       "-d", dist)
         if not ok or not os.path.exists(want):
             cannot_run("cannot fetch Uber Fiber %s's source distribution "
-                       "from PyPI (%s)" % (VERSION, " ".join(cmd)))
+                       "from PyPI (%s)" % (VERSION, cmd))
     return want
 
 
@@ -122,7 +123,7 @@ def install_deps(venv, work):
         ok, cmd = pip(venv, "install", "--target", deps, *DEPS)
         if not ok:
             cannot_run("cannot install the Fiber tests' dependencies (%s)"
-                       % " ".join(cmd))
+                       % cmd)
         with open(stamp, "w") as f:
             f.write(" ".join(DEPS) + "\n")
     return deps
