@@ -26,6 +26,7 @@ from ._fiber import (ClosedError, ConfigError, FiberError, FiberTimeoutError,
                      NoTaskError, TaskCrashedError)
 from .managers import AsyncManager, BaseManager, Manager, SyncManager
 from .meta import meta
+from .objects import ObjectRef, get, put
 from .pool import AsyncResult, Pool, TimeoutError
 from .process import Process, active_children, current_process
 from .queues import Pipe, Queue, SimpleQueue
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigError", "FiberTimeoutError", "TaskCrashedError", "ClosedError",
     "NoTaskError", "PicklingError", "RemoteError", "TimeoutError",
     "run_id", "is_master", "on_stop_requested", "stop_requested", "resumed",
+    "put", "get", "ObjectRef",
 ]
 
 

@@ -17,6 +17,18 @@ from . import _fiber, _runtime
 from .process import _job_meta
 
 RUN, CLOSE, TERMINATE = 0, 1, 2
+_NO_SHARED = object()   # shared= not given (None is a value to share)
+
+
+def _with_shared(func, shared):
+    """(func, None) without shared=; else (Shared(func, ref), ref): the
+    value put once into the object store, func called as func(value,
+    *args) in the tasks (fiber.objects)."""
+    if shared is _NO_SHARED:
+        return func, None
+    from . import objects
+    ref = objects.put(shared)
+    return objects.Shared(func, ref), ref
 
 
 class TimeoutError(multiprocessing.TimeoutError):
@@ -49,6 +61,18 @@ class AsyncResult:
         self._done = False
         self._value = None
         self._error = None
+        self._shared_ref = None   # released once the results are in
+
+    def _release_shared(self):
+        ref, self._shared_ref = self._shared_ref, None
+        if ref is not None:
+            try:
+                ref.release()
+            except Exception:
+                pass
+
+    def __del__(self):
+        self._release_shared()
 
     def _decode(self, raw):
         return env.decode(raw)
@@ -73,6 +97,7 @@ class AsyncResult:
         self._value, self._error = value, error
         self._done = True
         self._future = None
+        self._release_shared()
 
     def _complete(self, rc, raw):
         """The callback thread's path: decode, run the callback, wake get()."""
@@ -272,19 +297,30 @@ class Pool:
 
     # -- one task --
     def apply_async(self, func, args=(), kwds={}, callback=None,
-                    error_callback=None):
+                    error_callback=None, *, shared=_NO_SHARED):
+        """multiprocessing's apply_async; with shared=value, func is
+        called as func(value, *args, **kwds), value put once into the
+        object store (fiber.objects) and released when the result is in."""
         self._check_running()
         self._start(func)
-        payload = env.call(env.CALL, func, args, kwds, self._flags)
-        if callback is None and error_callback is None:
-            return AsyncResult(self, self._pool.apply_async(payload))
-        res = AsyncResult(self, None, callback, error_callback)
-        token = self._register(res._complete)
-        res._future = self._pool.apply_async(payload, token)
+        func, ref = _with_shared(func, shared)
+        try:
+            payload = env.call(env.CALL, func, args, kwds, self._flags)
+            if callback is None and error_callback is None:
+                res = AsyncResult(self, self._pool.apply_async(payload))
+            else:
+                res = AsyncResult(self, None, callback, error_callback)
+                token = self._register(res._complete)
+                res._future = self._pool.apply_async(payload, token)
+        except BaseException:
+            if ref is not None:
+                ref.release()
+            raise
+        res._shared_ref = ref
         return res
 
-    def apply(self, func, args=(), kwds={}):
-        return self.apply_async(func, args, kwds).get()
+    def apply(self, func, args=(), kwds={}, *, shared=_NO_SHARED):
+        return self.apply_async(func, args, kwds, shared=shared).get()
 
     # -- maps --
     def _payloads(self, func, iterable, star):
@@ -296,11 +332,22 @@ class Pool:
         return [task(kind, fb, item, name, flags) for item in iterable]
 
     def _map_async(self, func, iterable, chunksize, callback, error_callback,
-                   star):
+                   star, shared=_NO_SHARED):
         self._check_running()
         if chunksize is not None and chunksize < 1:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
+        func, ref = _with_shared(func, shared)
+        try:
+            return self._map_submit(func, iterable, chunksize, callback,
+                                    error_callback, star, ref)
+        except BaseException:
+            if ref is not None:
+                ref.release()
+            raise
+
+    def _map_submit(self, func, iterable, chunksize, callback, error_callback,
+                    star, ref):
         if chunksize is None:
             # As multiprocessing does: about four chunks per worker, each
             # pickled as one list, so that tiny tasks cost little each.
@@ -317,6 +364,7 @@ class Pool:
             payloads = self._payloads(func, iterable, star)
             fut = self._pool.map_async(payloads, 1)
             res = MapResult(self, fut, callback, error_callback)
+        res._shared_ref = ref   # before the waiter can complete it
         if res._event is not None:
             def waiter():
                 try:
@@ -329,20 +377,24 @@ class Pool:
         return res
 
     def map_async(self, func, iterable, chunksize=None, callback=None,
-                  error_callback=None):
+                  error_callback=None, *, shared=_NO_SHARED):
+        """multiprocessing's map_async; shared=value: func(value, item),
+        value moved once per worker (see apply_async)."""
         return self._map_async(func, iterable, chunksize, callback,
-                               error_callback, False)
+                               error_callback, False, shared)
 
     def starmap_async(self, func, iterable, chunksize=None, callback=None,
-                      error_callback=None):
+                      error_callback=None, *, shared=_NO_SHARED):
         return self._map_async(func, iterable, chunksize, callback,
-                               error_callback, True)
+                               error_callback, True, shared)
 
-    def map(self, func, iterable, chunksize=None):
-        return self.map_async(func, iterable, chunksize).get()
+    def map(self, func, iterable, chunksize=None, *, shared=_NO_SHARED):
+        return self.map_async(func, iterable, chunksize,
+                              shared=shared).get()
 
-    def starmap(self, func, iterable, chunksize=None):
-        return self.starmap_async(func, iterable, chunksize).get()
+    def starmap(self, func, iterable, chunksize=None, *, shared=_NO_SHARED):
+        return self.starmap_async(func, iterable, chunksize,
+                                  shared=shared).get()
 
     # -- iterators --
     def _chunks(self, func, iterable, chunksize, star):
