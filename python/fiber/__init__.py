@@ -139,3 +139,20 @@ __all__ += [
     "BufferTooShort", "allow_connection_pickling", "reducer",
     "set_executable", "set_forkserver_preload",
 ]
+
+# ---- Uber Fiber's names (its modules and configuration) ------------------
+# fiber.config is Fiber's configuration module over fiber's live
+# configuration; fiber.reset() is Fiber's: what code set goes back to the
+# file's and the environment's values (docs/python.md, "Moving over from
+# Uber's Fiber").
+from . import config  # noqa: E402
+
+
+def reset():
+    """Uber Fiber's fiber.reset(): every key set by code (fiber.init,
+    fiber.config) goes back to its value from .fiberconfig, the FIBER_*
+    variables and the defaults."""
+    config.reset()
+
+
+__all__ += ["config", "reset"]

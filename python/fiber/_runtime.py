@@ -54,12 +54,12 @@ def job_environment():
 
 
 def configure(config):
-    """Sets configuration keys (before or after init); an unknown key or a
-    bad value raises fiber.ConfigError naming it."""
+    """Sets configuration keys (before or after init): fiber's, or Uber
+    Fiber's mapped onto them (fiber/config.py); an unknown key or a bad
+    value raises fiber.ConfigError naming it."""
+    from . import config as fiber_config  # fiber's keys and Fiber's
     for key, value in config.items():
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        _fiber.config_set(str(key), str(value))
+        fiber_config.set(str(key), value)
 
 
 def ensure(config=None):

@@ -14,12 +14,16 @@ _lock = threading.Lock()
 
 
 def _job_meta(target):
-    """The resources a target's @fiber.meta asks for."""
+    """The resources a target's @fiber.meta asks for (else fiber.config's
+    cpu_per_job and mem_per_job)."""
     owner = getattr(target, "__self__", None)
     meta = getattr(target, "__fiber_meta__", None) or \
         getattr(owner, "__fiber_meta__", None) or {}
-    return {"cpu": int(meta.get("cpu") or 0),
-            "memory": int(meta.get("memory") or 0),
+    # Without @fiber.meta: fiber.config's cpu_per_job and mem_per_job.
+    from .config import job_defaults
+    dflt = job_defaults()
+    return {"cpu": int(meta.get("cpu") or dflt["cpu"]),
+            "memory": int(meta.get("memory") or dflt["memory"]),
             "gpu": int(meta.get("gpu") or 0)}
 
 
