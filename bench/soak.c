@@ -64,10 +64,10 @@
 
 #include <fiber/fiber.h>
 
-#include "api/pool_int.h"
+#include "pool/pool_int.h"
 #include "bench_common.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "net/net.h"
 #include "wire/wire.h"
 

@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/runops.h"
-#include "core/common.h"
+#include "base/common.h"
 
 /* The registry: every backend's two tables, its job ops (backend.h) and
  * its run ops (runops.h), under the same name.  Adding a backend is one

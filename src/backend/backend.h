@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
+#include "runtime/config.h"
 #include "fiber/fiber.h"
 
 enum fb_job_state {

@@ -7,9 +7,9 @@
 
 #include <sodium.h>
 
-#include "core/common.h"
-#include "core/log.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "runtime/runtime.h"
 #include "net/gate.h"
 
 /* A burst of evictions ends after this long without one. */

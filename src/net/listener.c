@@ -8,8 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/common.h"
-#include "core/thread.h"
+#include "base/common.h"
+#include "base/thread.h"
 #include "net/gate.h"
 #include "net/listener.h"
 #include "net/net.h"

@@ -52,8 +52,8 @@
 
 #include <sodium.h>
 
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "net/net.h"
 #include "net/secure.h"
 

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "wire/wire.h"
 
 /* ---- little-endian integers ------------------------------------------- */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "wire/wire.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)

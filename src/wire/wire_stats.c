@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "wire/wire.h"
 
 /* The fixed part of a pool record after its name: 3 u32 and 9 u64. */

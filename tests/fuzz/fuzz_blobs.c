@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define FZ_NAME "fuzz_blobs"
-#include "api/object_int.h"
+#include "store/object_int.h"
 #include "fuzz_util.h"
 
 #define MAX_CONNS 8

@@ -41,9 +41,9 @@
 #include <poll.h>
 #include <pthread.h>
 
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "objsrv/objsrv.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "net/net.h"
 
 #define MAX_REQS 32

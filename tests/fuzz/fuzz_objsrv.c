@@ -49,10 +49,10 @@
 #define FZ_NAME "fuzz_objsrv"
 #include "fuzz_util.h"
 
-#include "api/objsrv.h"
-#include "api/queue_ops.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "objsrv/objsrv.h"
+#include "queue/queue_ops.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "net/net.h"
 
 /* Operation numbers: protocol (queue_ops.h, mobj_ops.h, ring_ops.h), never

@@ -42,9 +42,9 @@
 #define FZ_NAME "fuzz_pool"
 #include "fuzz_util.h"
 
-#include "api/pool_int.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "pool/pool_int.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 
 #define MAX_WORKERS 4
 #define MAX_SUBS 16

@@ -38,9 +38,9 @@
 #define FZ_NAME "fuzz_worker"
 #include "fuzz_util.h"
 
-#include "core/child.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "runtime/child.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "net/net.h"
 
 #define MAX_CHUNKS 64

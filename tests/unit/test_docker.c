@@ -30,9 +30,9 @@
 
 #include "backend/backend.h"
 #include "backend/http/http.h"
-#include "core/child.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "runtime/child.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 #define DOCKER_SOCK "/var/run/docker.sock"

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "harness.h"
 
 static struct fb_backend *open_local(struct fb_config *cfg)

@@ -17,10 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/object_int.h"
-#include "api/pool_int.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "store/object_int.h"
+#include "pool/pool_int.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "net/net.h"
 #include "harness.h"
 

@@ -19,8 +19,8 @@
 
 #include <sodium.h>
 
-#include "api/shdict.h"
-#include "core/common.h"
+#include "manager/shdict.h"
+#include "base/common.h"
 #include "harness.h"
 
 /* ---- regions ------------------------------------------------------------ */

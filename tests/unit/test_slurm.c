@@ -21,10 +21,10 @@
 
 #include "backend/runops.h"
 #include "backend/slurm/slurm.h"
-#include "core/addr.h"
-#include "core/common.h"
-#include "core/config.h"
-#include "core/runtime.h"
+#include "runtime/addr.h"
+#include "base/common.h"
+#include "runtime/config.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)

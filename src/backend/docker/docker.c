@@ -60,10 +60,10 @@
 #include "backend/json_util.h"
 #include "backend/docker/engine.h"
 #include "backend/docker/image.h"
-#include "core/common.h"
-#include "core/runid.h"
-#include "core/log.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runid.h"
+#include "base/log.h"
+#include "runtime/runtime.h"
 
 #define REQUEST_TIMEOUT_MS 60000L
 #define WAIT_HEADERS_TIMEOUT_MS 10000L

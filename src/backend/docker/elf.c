@@ -15,7 +15,7 @@
 #include <sodium.h>
 
 #include "backend/docker/elf.h"
-#include "core/common.h"
+#include "base/common.h"
 
 /* Finds NT_GNU_BUILD_ID among the notes in p[0..len). */
 static int find_build_id(const unsigned char *p, size_t len, size_t align,

@@ -18,8 +18,8 @@
 
 #include "backend/docker/image.h"
 #include "backend/runops.h"
-#include "core/common.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 /* The label a kubelet puts on the containers of a pod. */
 #define KUBELET_LABEL "io.kubernetes.pod.name"

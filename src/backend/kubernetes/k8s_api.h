@@ -28,7 +28,7 @@
 
 #include "backend/http/http.h"
 
-#include "core/config.h"
+#include "runtime/config.h"
 #include "fiber/fiber.h"
 
 #define FB_K8S_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -83,10 +83,10 @@
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "backend/kubernetes/kubernetes.h"
-#include "core/common.h"
-#include "core/runid.h"
-#include "core/log.h"
-#include "core/thread.h"
+#include "base/common.h"
+#include "runtime/runid.h"
+#include "base/log.h"
+#include "base/thread.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define WATCH_SECONDS 240   /* the server ends a watch after this */

@@ -23,8 +23,8 @@
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "backend/runops.h"
-#include "core/common.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define POLL_MS 200

@@ -36,8 +36,8 @@
 
 #include "backend/local/local.h"
 #include "backend/runops.h"
-#include "core/common.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 #define ENV_READ_MAX (256 * 1024)
 

@@ -61,10 +61,10 @@
 
 #include "backend/backend.h"
 #include "backend/slurm/slurm.h"
-#include "core/common.h"
-#include "core/log.h"
-#include "core/runtime.h"
-#include "core/thread.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "runtime/runtime.h"
+#include "base/thread.h"
 
 
 #define TOOL_TIMEOUT_MS 30000
