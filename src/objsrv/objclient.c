@@ -39,6 +39,7 @@
 #include "runtime/runtime.h"
 #include "base/spin.h"
 #include "base/thread.h"
+#include "future/future.h"
 
 #define DIAL_TIMEOUT_MS 10000
 #define SPIN_US 50          /* the longest spin before a wait blocks */
@@ -634,6 +635,7 @@ int fb_ocall(struct fb_oclient *c, uint32_t obj, int32_t op, int timeout_ms,
 }
 
 static int hand_to_flusher(struct fb_oclient *c);
+static int future_from_owait(struct fb_owait *w, fiber_future **f);
 
 int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
                    int timeout_ms, const fiber_iov *items, size_t count,
@@ -660,7 +662,7 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
     }
     pthread_mutex_unlock(&c->mu);
     if (rc == 0)
-        rc = fb_future_from_owait(w, f);
+        rc = future_from_owait(w, f);
     if (rc) {
         pthread_mutex_lock(&c->mu);
         unlink_wait(c, w);
@@ -690,7 +692,7 @@ int fb_ocall_resolved(int status, const void *item, size_t len, int has_item,
     }
     w->res.count = has_item ? 1 : 0;
     /* w->c stays NULL: done already, it needs no connection */
-    int rc = fb_future_from_owait(w, f);
+    int rc = future_from_owait(w, f);
     if (rc) {
         fb_oresult_free(&w->res);
         free(w);
@@ -993,6 +995,26 @@ void fb_owait_free(struct fb_owait *w)
     }
     pthread_mutex_unlock(&c->mu);
     fb_oclient_release(c);
+}
+
+/* The future of a call: a waiter behind future/future.h's handle. */
+static int owait_wait(void *w, int timeout_ms) { return fb_owait_wait(w, timeout_ms); }
+static int owait_take(void *w, fiber_buf *out) { return fb_owait_take(w, out); }
+static int owait_ready(void *w) { return fb_owait_ready(w); }
+static int owait_succeeded(void *w) { return fb_owait_take(w, NULL) == 0; }
+static void owait_drop(void *w) { fb_owait_free(w); }
+
+static const struct fb_future_ops owait_future_ops = {
+    .wait = owait_wait,
+    .take = owait_take,
+    .ready = owait_ready,
+    .succeeded = owait_succeeded,
+    .free = owait_drop,
+};
+
+static int future_from_owait(struct fb_owait *w, fiber_future **f)
+{
+    return fb_future_new(&owait_future_ops, w, f);
 }
 
 /* ---- handles ------------------------------------------------------------- */

@@ -289,13 +289,12 @@ int fb_master_objsrv(struct fb_objsrv **out);
 /* Stops it (fiber_shutdown does). */
 void fb_master_objsrv_stop(void);
 
-/* ---- futures for object calls (pool.c owns fiber_future) ---- */
+/* ---- waiters behind object calls' futures (future/future.h) ---- */
 struct fb_owait;
 int fb_owait_wait(struct fb_owait *w, int timeout_ms);
 int fb_owait_ready(struct fb_owait *w);
 int fb_owait_take(struct fb_owait *w, fiber_buf *out);
 void fb_owait_free(struct fb_owait *w);
-int fb_future_from_owait(struct fb_owait *w, fiber_future **f);
 
 /* ---- managers (manager.c, with mobj.c, mobj_srv.c and queue.c) ---- */
 

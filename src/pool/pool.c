@@ -1,8 +1,9 @@
 /*
  * pool.c -- fiber_pool's API: creating and destroying pools, submitting
- * batches of tasks (apply, map, map_bufs, imap), futures and iterators,
- * and recording results exactly once.  The engine that moves tasks to
- * workers and results back is pool_sched.c.
+ * batches of tasks (apply, map, map_bufs, imap), the futures over them
+ * (future/future.h) and iterators.  A batch and its results, recorded
+ * exactly once, are batch.c's; the engine that moves tasks to workers and
+ * results back is pool_sched.c.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,26 +11,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
 #include "store/object_int.h"
 #include "pool/pool_int.h"
 #include "base/common.h"
 #include "base/log.h"
 #include "runtime/task.h"
 #include "base/thread.h"
+#include "future/future.h"
 
-#define FUTURE_MAGIC 0x46555455u /* "FUTU" */
 #define IMAP_MAGIC 0x494d4150u   /* "IMAP" */
 /* apply_async waits for room beyond this many unsent tasks. */
 #define MAX_QUEUED 65536
 #define DEFAULT_IDLE_MS 2000
-
-/* A future is either a pool batch or an object call (objclient.c). */
-struct fiber_future {
-    uint32_t magic;
-    struct fb_batch *b;
-    struct fb_owait *ow;
-};
 
 struct fiber_imap {
     uint32_t magic;
@@ -43,241 +36,6 @@ static int check_pool(const fiber_pool *p)
     if (!p || p->magic != POOL_MAGIC)
         return fb_err(FIBER_EINVAL, "not a valid fiber_pool handle");
     return 0;
-}
-
-/* ---- batches ------------------------------------------------------------ */
-
-void fb_batch_input(const struct fb_batch *b, size_t i, const void **data,
-                    size_t *len)
-{
-    switch (b->kind) {
-    case B_APPLY:
-        *data = b->arg;
-        *len = b->arg_len;
-        return;
-    case B_MAP:
-    case B_IMAP:
-        *data = b->in + i * b->in_size;
-        *len = b->in_size;
-        return;
-    case B_BUFS:
-        *data = b->iov[i].data;
-        *len = b->iov[i].len;
-        return;
-    }
-}
-
-int fb_batch_can_send(const struct fb_batch *b)
-{
-    if (b->kind != B_IMAP)
-        return 1;
-    /* An imap holds at most `window` results not yet read: for ordered
-     * reading, index next must fit the window after the reader's place. */
-    /* Refill in batches of a quarter window, so that a reader taking one
-     * result at a time does not make every message carry one task. */
-    size_t room = b->ordered ? b->taken + b->window - b->next
-                             : b->window - (b->next - b->taken);
-    size_t want = b->window / 4;
-    if (want > b->n - b->next)
-        want = b->n - b->next;
-    return room > 0 && room >= (want ? want : 1);
-}
-
-void fb_batch_free(struct fb_batch *b)
-{
-    if (!b)
-        return;
-    struct fiber_pool *p = b->pool;
-    if (p) {
-        if (b->all_prev)
-            b->all_prev->all_next = b->all_next;
-        else if (p->all == b)
-            p->all = b->all_next;
-        if (b->all_next)
-            b->all_next->all_prev = b->all_prev;
-    }
-    if (b->slots) {
-        for (size_t i = 0; i < b->window; i++)
-            fiber_buf_free(&b->slots[i].data);
-        free(b->slots);
-    }
-    fiber_buf_free(&b->result);
-    if (b->has_shared)
-        fb_objects_unpin_ref(&b->shared);
-    free(b->msg);
-    free(b->arg);
-    free(b->done_bits);
-    free(b);
-}
-
-static struct fb_batch *batch_new(struct fiber_pool *p, enum batch_kind kind,
-                                  const char *task, size_t n)
-{
-    struct fb_batch *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    b->done_bits = calloc((n + 63) / 64 + 1, sizeof *b->done_bits);
-    if (!b->done_bits) {
-        free(b);
-        return NULL;
-    }
-    b->kind = kind;
-    b->pool = p;
-    b->n = n;
-    b->task_len = (uint8_t)fb_strlcpy(b->task, task, sizeof b->task);
-    b->err_index = SIZE_MAX;
-    const fiber_ref *shared = fb_objects_call_shared();
-    if (shared) {
-        /* can_submit checked it is in the store; a release since is the
-         * caller's race, and then tasks fail to resolve it (ENOKEY). */
-        b->has_shared = fb_objects_pin_ref(shared) == 0;
-        b->shared = *shared;
-    }
-    return b;
-}
-
-/* Puts a batch on the pool's lists; its tasks become dispatchable. */
-static void batch_submit(struct fiber_pool *p, struct fb_batch *b)
-{
-    b->all_next = p->all;
-    if (p->all)
-        p->all->all_prev = b;
-    p->all = b;
-    if (b->n == 0) {
-        b->complete = 1;
-        return;
-    }
-    if (p->q_tail)
-        p->q_tail->q_next = b;
-    else
-        p->q_head = b;
-    p->q_tail = b;
-    p->queued += b->n;
-    p->st.tasks_submitted += b->n;
-}
-
-const char *fb_batch_msg(const struct fb_batch *b)
-{
-    return b->msg ? b->msg : "";
-}
-
-/* Sets the batch's failure message.  Messages are only allocated for
- * failures, which keeps a queued task small. */
-static void set_msg(struct fb_batch *b, const char *fmt, ...) FIBER_PRINTF(2, 3);
-static void set_msg(struct fb_batch *b, const char *fmt, ...)
-{
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    free(b->msg);
-    b->msg = strdup(text);
-}
-
-/* Records the lowest-index failure of a batch. */
-static void note_failure(struct fb_batch *b, size_t index, int code,
-                         const void *data, size_t len)
-{
-    if (index >= b->err_index)
-        return;
-    b->err_index = index;
-    b->rc = code;
-    if (b->kind == B_APPLY)
-        set_msg(b, "%.*s", (int)len, (const char *)data);
-    else
-        set_msg(b, "task %zu of '%s' failed: %.*s", index, b->task, (int)len,
-                (const char *)data);
-}
-
-static void store_imap(struct fb_batch *b, size_t index, int code,
-                       const void *data, size_t len)
-{
-    struct fb_imap_slot *s;
-    if (b->ordered) {
-        s = &b->slots[index % b->window];
-    } else {
-        s = NULL;
-        for (size_t i = 0; i < b->window && !s; i++)
-            if (!b->slots[i].ready)
-                s = &b->slots[i];
-    }
-    s->ready = 1;
-    s->rc = code;
-    s->index = index;
-    s->data.len = 0;
-    fiber_buf_append(&s->data, data, len);
-    b->ready_count++;
-}
-
-static void store_result(struct fb_batch *b, size_t index, int code,
-                         const void *data, size_t len)
-{
-    switch (b->kind) {
-    case B_APPLY:
-        b->rc = code;
-        if (code)
-            set_msg(b, "%.*s", (int)len, (const char *)data);
-        else
-            fiber_buf_append(&b->result, data, len);
-        break;
-    case B_MAP:
-        if (code == 0 && len != b->out_size) {
-            char why[128];
-            int n = snprintf(why, sizeof why,
-                             "returned %zu bytes; the map expects %zu", len,
-                             b->out_size);
-            note_failure(b, index, FIBER_ETASK, why, (size_t)n);
-        } else if (code == 0) {
-            memcpy(b->out + index * b->out_size, data, len);
-        } else {
-            note_failure(b, index, code, data, len);
-        }
-        break;
-    case B_BUFS:
-        b->bufs[index].len = 0;
-        fiber_buf_append(&b->bufs[index], data, len);
-        if (b->codes)
-            b->codes[index] = code;
-        if (code)
-            note_failure(b, index, code, data, len);
-        break;
-    case B_IMAP:
-        store_imap(b, index, code, data, len);
-        break;
-    }
-}
-
-void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
-                     int code, const void *data, size_t len)
-{
-    uint64_t bit = 1ull << (index % 64);
-    if (b->done_bits[index / 64] & bit) {
-        p->st.duplicates_dropped++;
-        return;
-    }
-    b->done_bits[index / 64] |= bit;
-    b->done++;
-    p->st.tasks_done++;
-    if (code)
-        p->st.tasks_failed++;
-    if (code && len == 0) {
-        data = "the task failed without a message";
-        len = strlen(data);
-    }
-    store_result(b, index, code, data, len);
-    if (b->done == b->n) {
-        b->complete = 1;
-        if (b->cb || !b->has_handle) {
-            b->cb_pending = 1;
-            if (p->cb_tail)
-                p->cb_tail->cb_next = b;
-            else
-                p->cb_head = b;
-            p->cb_tail = b;
-        }
-    }
-    pthread_cond_broadcast(&p->cond);
 }
 
 /* ---- waiting ------------------------------------------------------------- */
@@ -546,17 +304,15 @@ static void kick(struct fiber_pool *p)
     pthread_cond_broadcast(&p->cond);
 }
 
+static const struct fb_future_ops batch_future_ops;
+
+/* A future over b; mu held. */
 static int new_future(struct fb_batch *b, fiber_future **out)
 {
-    fiber_future *f = malloc(sizeof *f);
-    if (!f)
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    f->magic = FUTURE_MAGIC;
-    f->b = b;
-    f->ow = NULL;
-    b->has_handle = 1;
-    *out = f;
-    return 0;
+    int rc = fb_future_new(&batch_future_ops, b, out);
+    if (rc == 0)
+        b->has_handle = 1;
+    return rc;
 }
 
 FIBER_API int fiber_pool_apply_async(fiber_pool *p, const char *task,
@@ -576,7 +332,7 @@ FIBER_API int fiber_pool_apply_async(fiber_pool *p, const char *task,
     if (rc == 0 && !room_to_queue(p))
         pool_wait(p, room_to_queue, p, UINT64_MAX); /* backpressure */
     struct fb_batch *b = NULL;
-    if (rc == 0 && !(b = batch_new(p, B_APPLY, task, 1)))
+    if (rc == 0 && !(b = fb_batch_new(p, B_APPLY, task, 1)))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     if (rc == 0 && !(b->arg = malloc(len ? len : 1)))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
@@ -592,7 +348,7 @@ FIBER_API int fiber_pool_apply_async(fiber_pool *p, const char *task,
     b->arg_len = len;
     b->cb = cb;
     b->ud = ud;
-    batch_submit(p, b);
+    fb_batch_submit(p, b);
     kick(p);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -627,7 +383,7 @@ static int submit_map(fiber_pool *p, struct fb_batch *b, fiber_future **f)
         fb_batch_free(b);
         return rc;
     }
-    batch_submit(p, b);
+    fb_batch_submit(p, b);
     kick(p);
     return 0;
 }
@@ -647,7 +403,7 @@ FIBER_API int fiber_pool_map_async(fiber_pool *p, const char *task,
     if (rc == 0)
         rc = check_len(p, in_size);
     struct fb_batch *b = NULL;
-    if (rc == 0 && !(b = batch_new(p, B_MAP, task, n)))
+    if (rc == 0 && !(b = fb_batch_new(p, B_MAP, task, n)))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     if (rc == 0) {
         b->in = in;
@@ -693,7 +449,7 @@ FIBER_API int fiber_pool_map_bufs_async(fiber_pool *p, const char *task,
             rc = fb_err(FIBER_EINVAL, "input %zu is NULL with a length", i);
     }
     struct fb_batch *b = NULL;
-    if (rc == 0 && !(b = batch_new(p, B_BUFS, task, n)))
+    if (rc == 0 && !(b = fb_batch_new(p, B_BUFS, task, n)))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     if (rc == 0) {
         b->iov = in;
@@ -720,18 +476,12 @@ FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,
     return rc;
 }
 
-/* ---- futures -------------------------------------------------------------- */
-
-static int check_future(const fiber_future *f)
-{
-    if (!f || f->magic != FUTURE_MAGIC)
-        return fb_err(FIBER_EINVAL, "not a valid fiber_future handle");
-    return 0;
-}
+/* ---- futures over batches (future/future.h) ------------------------------ */
 
 /* Waits for b; works whether or not its pool still exists. */
-static int wait_batch(struct fb_batch *b, int timeout_ms)
+static int wait_batch(void *impl, int timeout_ms)
 {
+    struct fb_batch *b = impl;
     struct fiber_pool *p = b->pool;
     if (!p)
         return 0; /* detached batches are complete */
@@ -743,39 +493,9 @@ static int wait_batch(struct fb_batch *b, int timeout_ms)
     return 0;
 }
 
-int fb_future_from_owait(struct fb_owait *w, fiber_future **out)
+static int take_batch(void *impl, fiber_buf *out)
 {
-    fiber_future *f = malloc(sizeof *f);
-    if (!f)
-        return fb_err(FIBER_ENOMEM, "out of memory");
-    f->magic = FUTURE_MAGIC;
-    f->b = NULL;
-    f->ow = w;
-    *out = f;
-    return 0;
-}
-
-FIBER_API int fiber_future_wait(fiber_future *f, int timeout_ms)
-{
-    int rc = check_future(f);
-    if (rc == 0 && f->ow)
-        return fb_owait_wait(f->ow, timeout_ms);
-    return rc ? rc : wait_batch(f->b, timeout_ms);
-}
-
-FIBER_API int fiber_future_get(fiber_future *f, fiber_buf *out,
-                               int timeout_ms)
-{
-    int rc = check_future(f);
-    if (rc == 0 && f->ow) {
-        rc = fb_owait_wait(f->ow, timeout_ms);
-        return rc ? rc : fb_owait_take(f->ow, out);
-    }
-    if (rc == 0)
-        rc = wait_batch(f->b, timeout_ms);
-    if (rc)
-        return rc;
-    struct fb_batch *b = f->b;
+    struct fb_batch *b = impl;
     if (b->kind == B_APPLY)
         return take_apply(b, out);
     if (b->rc)
@@ -795,41 +515,13 @@ static int batch_flag(struct fb_batch *b, int which)
     return v;
 }
 
-FIBER_API int fiber_future_ready(fiber_future *f)
-{
-    int rc = check_future(f);
-    if (rc == 0 && f->ow)
-        return fb_owait_ready(f->ow);
-    return rc ? rc : batch_flag(f->b, 0);
-}
+static int batch_ready(void *impl) { return batch_flag(impl, 0); }
 
-FIBER_API int fiber_future_successful(fiber_future *f)
-{
-    int rc = check_future(f);
-    if (rc)
-        return rc;
-    if (f->ow) {
-        if (!fb_owait_ready(f->ow))
-            return fb_err(FIBER_ESTATE, "the future is not ready");
-        return fb_owait_take(f->ow, NULL) == 0;
-    }
-    if (!batch_flag(f->b, 0))
-        return fb_err(FIBER_ESTATE, "the future is not ready");
-    return batch_flag(f->b, 1);
-}
+static int batch_succeeded(void *impl) { return batch_flag(impl, 1); }
 
-FIBER_API void fiber_future_free(fiber_future *f)
+static void batch_drop(void *impl)
 {
-    if (!f || check_future(f))
-        return;
-    struct fb_batch *b = f->b;
-    struct fb_owait *ow = f->ow;
-    f->magic = 0;
-    free(f);
-    if (ow) {
-        fb_owait_free(ow);
-        return;
-    }
+    struct fb_batch *b = impl;
     if (b->kind == B_MAP || b->kind == B_BUFS)
         wait_batch(b, -1); /* its tasks write into the caller's memory */
     struct fiber_pool *p = b->pool;
@@ -843,6 +535,14 @@ FIBER_API void fiber_future_free(fiber_future *f)
         fb_batch_free(b);
     pthread_mutex_unlock(&p->mu);
 }
+
+static const struct fb_future_ops batch_future_ops = {
+    .wait = wait_batch,
+    .take = take_batch,
+    .ready = batch_ready,
+    .succeeded = batch_succeeded,
+    .free = batch_drop,
+};
 
 /* ---- imap ------------------------------------------------------------------ */
 
@@ -861,7 +561,7 @@ FIBER_API int fiber_pool_imap(fiber_pool *p, const char *task, const void *in,
         rc = check_len(p, in_size);
     struct fb_batch *b = NULL;
     fiber_imap *m = NULL;
-    if (rc == 0 && (!(b = batch_new(p, B_IMAP, task, n)) ||
+    if (rc == 0 && (!(b = fb_batch_new(p, B_IMAP, task, n)) ||
                     !(m = malloc(sizeof *m))))
         rc = fb_err(FIBER_ENOMEM, "out of memory");
     if (rc == 0) {
@@ -885,7 +585,7 @@ FIBER_API int fiber_pool_imap(fiber_pool *p, const char *task, const void *in,
     b->has_handle = 1;
     m->magic = IMAP_MAGIC;
     m->b = b;
-    batch_submit(p, b);
+    fb_batch_submit(p, b);
     kick(p);
     pthread_mutex_unlock(&p->mu);
     *it = m;

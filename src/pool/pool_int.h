@@ -1,7 +1,7 @@
 /*
- * pool_int.h -- the pool's insides, shared by pool.c (the API: batches,
- * futures, iterators, lifecycle) and pool_sched.c (workers, dispatch,
- * results, the progress loop).
+ * pool_int.h -- the pool's insides, shared by pool.c (the API: futures,
+ * iterators, lifecycle), batch.c (batches and their results) and
+ * pool_sched.c (workers, dispatch, results, the progress loop).
  *
  * Locking: pool->mu guards everything here.  The runtime's service thread
  * never takes it: it reports worker connections and job ends through the
@@ -283,7 +283,14 @@ void fb_pool_run_callbacks(struct fiber_pool *p); /* mu held */
 void *fb_pool_bg_main(void *arg);
 int fb_pool_alive_workers(const struct fiber_pool *p);
 
-/* pool.c */
+/* batch.c */
+/* A new batch of n tasks of task for p (the call's shared object pinned,
+ * if one is set), not yet submitted; NULL when out of memory.  mu held. */
+struct fb_batch *fb_batch_new(struct fiber_pool *p, enum batch_kind kind,
+                              const char *task, size_t n);
+/* Puts a batch on the pool's lists; its tasks become dispatchable.  mu
+ * held. */
+void fb_batch_submit(struct fiber_pool *p, struct fb_batch *b);
 /* Completes task index of b with code (0, FIBER_ETASK, FIBER_ECRASHED,
  * FIBER_ECLOSED) and data.  Drops duplicates.  mu held. */
 void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
