@@ -53,7 +53,6 @@
 #include <sodium.h>
 
 #include "base/common.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
 #include "net/secure.h"
 
@@ -612,7 +611,8 @@ void fb_sec_write_now(struct fb_conn *c, uint8_t *data, size_t len,
 
 int fb_net_encrypts(const char *addr)
 {
-    return addr && strncmp(addr, "tcp:", 4) == 0 && fb_rt_config()->encryption;
+    return addr && strncmp(addr, "tcp:", 4) == 0 &&
+           fb_net_config()->encryption;
 }
 
 int fb_conn_secure_for(struct fb_conn *c, const char *addr, int role,

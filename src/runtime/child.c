@@ -122,6 +122,7 @@ static void setup_config_and_log(struct fb_runtime *rt, const struct boot *b)
 {
     fb_config_defaults(&rt->cfg);
     int rc = fb_config_load_env(&rt->cfg, environ);
+    fb_rt_config_changed();
     fb_log_setup(rt->cfg.log_level, b->name);
     if (rt->cfg.log_dir[0] && fb_log_to_dir(rt->cfg.log_dir, b->name) != 0)
         fb_log_warn("logging to stderr: %s", fiber_last_error());

@@ -38,6 +38,16 @@ void fb_rt_lock(void) { pthread_mutex_lock(&rt.lock); }
 void fb_rt_unlock(void) { pthread_mutex_unlock(&rt.lock); }
 int fb_rt_is_master(void) { return rt.initialized && rt.master; }
 const struct fb_config *fb_rt_config(void) { return &rt.cfg; }
+
+void fb_rt_config_changed(void)
+{
+    struct fb_net_config net = {
+        .encryption = rt.cfg.encryption,
+        .max_pending_connections = rt.cfg.max_pending_connections,
+        .connect_timeout_ms = rt.cfg.connect_timeout_ms,
+    };
+    fb_net_configure(&net);
+}
 const uint8_t *fb_rt_token(void) { return rt.token; }
 const char *fb_rt_build_id(void) { return rt.build_id; }
 
@@ -113,6 +123,7 @@ FIBER_API int fiber_config_set(const char *key, const char *value)
         rc = remember_override(key, value);
     if (rc == 0 && rt.initialized) {
         rt.cfg = scratch;
+        fb_rt_config_changed();
         fb_log_setup(rt.cfg.log_level, rt.master ? "master" : NULL);
     }
     fb_rt_unlock();
@@ -168,6 +179,7 @@ static void raise_fd_limit(void)
 static int init_master(void)
 {
     int rc = load_config(&rt.cfg, 1);
+    fb_rt_config_changed();
     if (rc)
         return rc;
     fb_log_setup(rt.cfg.log_level, "master");

@@ -103,6 +103,9 @@ int fb_rt_wait(uint64_t deadline_ms);
 
 /* The configuration in force (lock held, or read-only fields). */
 const struct fb_config *fb_rt_config(void);
+/* Hands what net/ uses of the configuration down to it (fb_net_configure):
+ * called wherever the configuration in force is loaded or changed. */
+void fb_rt_config_changed(void);
 
 /* Bracket a series of fb_rt_launch calls whose jobs the backend may submit
  * together (a pool's workers: one Slurm array job).  Lock NOT held by the
