@@ -105,7 +105,7 @@ int fb_exit_status_of_code(long long code)
 }
 
 int fb_backend_open(struct fb_backend **out, const char *name,
-                    const struct fb_config *cfg)
+                    const struct fb_config *cfg, const char *run_id)
 {
     const struct fb_backend_ops *ops = fb_backend_find(name);
     if (!ops)
@@ -115,6 +115,7 @@ int fb_backend_open(struct fb_backend **out, const char *name,
         return fb_err(FIBER_ENOMEM, "out of memory opening backend");
     be->ops = ops;
     be->cfg = cfg;
+    be->run_id = run_id;
     if (ops->state_size) {
         be->state = calloc(1, ops->state_size);
         if (!be->state) {

@@ -84,6 +84,8 @@ struct fb_job {
 struct fb_backend {
     const struct fb_backend_ops *ops;
     const struct fb_config *cfg; /* valid from init to fini */
+    const char *run_id;          /* the run's id (runtime/runid.h); valid
+                                    from init to fini */
     void *state;                 /* state_size bytes for the backend */
 };
 
@@ -204,8 +206,10 @@ const char *fb_backend_names(void);
  * backend's master_boot, if it has one, and raises cfg->resumed to what
  * it says. */
 int fb_backend_master_boot(struct fb_config *cfg);
+/* Opens backend name for the run run_id with the configuration cfg (both
+ * must outlive it: they are be->run_id and be->cfg). */
 int fb_backend_open(struct fb_backend **out, const char *name,
-                    const struct fb_config *cfg);
+                    const struct fb_config *cfg, const char *run_id);
 void fb_backend_close(struct fb_backend *be);
 int fb_backend_create_job(struct fb_backend *be,
                           const struct fb_job_spec *spec, struct fb_job **out);

@@ -492,7 +492,8 @@ int fb_service_start(void)
         return 0;
     int rc = 0;
     if (!R->backend)
-        rc = fb_backend_open(&R->backend, R->cfg.backend, &R->cfg);
+        rc = fb_backend_open(&R->backend, R->cfg.backend, &R->cfg,
+                             R->run_id);
     if (rc == 0)
         rc = fb_listen_host_resolve(&R->cfg, (R->backend->ops->caps &
                                               FB_CAP_LOOPBACK) != 0);

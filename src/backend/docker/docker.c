@@ -63,7 +63,6 @@
 #include "base/common.h"
 #include "runtime/runid.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 
 #define REQUEST_TIMEOUT_MS 60000L
 #define WAIT_HEADERS_TIMEOUT_MS 10000L

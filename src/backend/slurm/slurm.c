@@ -63,7 +63,6 @@
 #include "backend/slurm/slurm.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "base/thread.h"
 
 
@@ -708,7 +707,7 @@ static int slurm_init(struct fb_backend *be)
         return rc;
     if (!getcwd(s->cwd, sizeof s->cwd))
         return fb_err_errno(FIBER_ESYS, "slurm: getcwd");
-    const char *run = fb_rt()->run_id;
+    const char *run = be->run_id;
     fb_strlcpy(s->job_name, run, sizeof s->job_name); /* "fiber-..." */
     char base[PATH_MAX];
     rc = fb_slurm_base_dir(cfg->slurm_dir, base, sizeof base);
@@ -953,7 +952,7 @@ static int submit(struct fb_backend *be, struct sjob **list,
     snprintf(head, sizeof head,
              "#!/bin/sh\n# fiber run %s: %zu job(s), written by fiber's "
              "slurm backend\ncase \"${SLURM_ARRAY_TASK_ID:-0}\" in\n",
-             fb_rt()->run_id, n);
+             be->run_id, n);
     rc = fiber_buf_append(&text, head, strlen(head));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char label[32];
