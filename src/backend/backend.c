@@ -70,6 +70,17 @@ const struct fb_run_ops *fb_run_ops_at(size_t i)
     return i < FB_ARRAY_LEN(registry) ? registry[i].runs : NULL;
 }
 
+int fb_backend_restarts(void)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(registry); i++) {
+        const struct fb_backend_ops *ops = registry[i].jobs;
+        int n = ops->restarts ? ops->restarts() : 0;
+        if (n > 0)
+            return n;
+    }
+    return 0;
+}
+
 int fb_backend_master_boot(struct fb_config *cfg)
 {
     const struct fb_backend_ops *ops = fb_backend_find(cfg->backend);

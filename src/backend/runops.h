@@ -23,6 +23,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fiber/fiber.h"
 
@@ -105,6 +106,20 @@ struct fb_run_ops {
      * ended pods, job records, files); named: the user asked for this run
      * by name.  A line per removal in report. */
     int (*clean)(const fiber_run_info *r, int named, fiber_buf *report);
+
+    /* Optional (NULL: this backend's masters keep their run directory on
+     * the host that started them).  For fiber top (runs/watch.c), on a run
+     * with no run directory here: where its master listens, whether its
+     * connections are encrypted, and the run's token (token_len bytes), as
+     * the engine knows them.  Returns 0, 1 (this backend is not configured
+     * here: not its run to find), or the code of what failed. */
+    int (*contact)(const char *run, char *addr, size_t size, int *encrypted,
+                   uint8_t *token, size_t token_len);
+    /* With contact: where it looked, for a message ("on the Kubernetes
+     * cluster"), and why a run of this backend whose contact found nothing
+     * cannot be watched (the rest of "run 'R' ..."). */
+    const char *contact_where;
+    const char *contact_missing;
 };
 
 /* The registry (backend.c): the run ops of backend name, or NULL with a

@@ -350,6 +350,12 @@ FIBER_API int fiber_backend_known(const char *backend)
     return fb_run_ops_find(backend) != NULL;
 }
 
+FIBER_API const char *fiber_backend_name(size_t i)
+{
+    const struct fb_run_ops *ops = fb_run_ops_at(i);
+    return ops ? ops->name : NULL;
+}
+
 FIBER_API int fiber_backend_check(const char *backend, char *detail,
                                   size_t size)
 {

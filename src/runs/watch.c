@@ -1,15 +1,17 @@
 /*
- * stats_client.c -- watching a live run: fiber_run_watch_open / _read /
- * _close (what `fiber top` is built on).  The master's side is
- * core/stats_srv.c; the messages are STATS and SNAPSHOT (wire.h).
+ * watch.c -- watching a live run: fiber_run_watch_open / _read / _close
+ * (what `fiber top` is built on).  The master's side is
+ * runtime/stats_srv.c; the messages are STATS and SNAPSHOT (wire.h).
  *
  * Finding the master: its run directory holds master.addr and
  * master.token (stats_srv.h), written by the master itself, readable by
- * this user only.  A run with no run directory here may be a Kubernetes
- * run: when a cluster is configured, its job pods' environment gives the
- * address and its Secret the token (fb_k8s_run_contact).  The connection is a job's: dial, encrypt over TCP
- * (net/secure.c, keyed with the token), HELLO with the token and job id
- * 0, WELCOME.  Then one STATS, one SNAPSHOT per read.
+ * this user only.  A run with no run directory here may have its master
+ * where a backend's engine knows it (a Kubernetes run: its job pods'
+ * environment gives the address and its Secret the token): the backends'
+ * contact ops are asked (backend/runops.h).  The connection is a job's:
+ * dial, encrypt over TCP (net/secure.c, keyed with the token), HELLO with
+ * the token and job id 0, WELCOME.  Then one STATS, one SNAPSHOT per
+ * read.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +24,7 @@
 #include <sodium.h>
 
 #include "runtime/runid.h"
-#include "backend/kubernetes/k8s_master.h"
+#include "backend/runops.h"
 #include "base/common.h"
 #include "runtime/runtime.h"
 #include "runtime/stats_srv.h"
@@ -83,27 +85,37 @@ static int hex_token(const char *hex, uint8_t token[FB_WIRE_TOKEN_LEN])
     return 0;
 }
 
-/* A run without a run directory here may be a Kubernetes run: when the
- * configuration names a cluster (backend kubernetes, or k8s_server), the
- * cluster is asked (fb_k8s_run_contact).  Returns 0 (found), 1 (no
- * cluster configured), or the error (FIBER_ENOKEY: the cluster has no job
- * pod or Secret of run). */
-static int k8s_locate(const char *run, char *addr, size_t addr_size,
-                      int *encrypted, uint8_t token[FB_WIRE_TOKEN_LEN])
+/* A run without a run directory here may have its master where a
+ * backend's engine knows it (a Kubernetes pod): each backend with a
+ * contact op is asked (backend/runops.h).  Returns 0 (found), 1 (no
+ * backend is configured to know), or the error. */
+static int remote_locate(const char *run, char *addr, size_t addr_size,
+                         int *encrypted, uint8_t token[FB_WIRE_TOKEN_LEN])
 {
-    char backend[64] = "", server[600] = "";
-    fiber_config_get("backend", backend, sizeof backend);
-    fiber_config_get("k8s_server", server, sizeof server);
-    if (strcmp(backend, "kubernetes") != 0 && !server[0])
-        return 1;
-    int rc = fb_k8s_run_contact(run, addr, addr_size, encrypted, token,
-                                FB_WIRE_TOKEN_LEN);
-    if (rc == FIBER_ECONFIG)
-        return 1;
-    if (rc)
-        return fb_err(rc, "no run '%s' on this host, and on the Kubernetes "
-                      "cluster: %s", run, fiber_last_error());
-    return 0;
+    const struct fb_run_ops *ops;
+    for (size_t i = 0; (ops = fb_run_ops_at(i)) != NULL; i++) {
+        if (!ops->contact)
+            continue;
+        int rc = ops->contact(run, addr, addr_size, encrypted, token,
+                              FB_WIRE_TOKEN_LEN);
+        if (rc == 1)
+            continue;
+        if (rc)
+            return fb_err(rc, "no run '%s' on this host, and %s: %s", run,
+                          ops->contact_where, fiber_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* The run ops of the backend named name, or NULL (no message set). */
+static const struct fb_run_ops *ops_named(const char *name)
+{
+    const struct fb_run_ops *ops;
+    for (size_t i = 0; (ops = fb_run_ops_at(i)) != NULL; i++)
+        if (strcmp(ops->name, name) == 0)
+            return ops;
+    return NULL;
 }
 
 /* Why a run without a run directory here cannot be watched. */
@@ -111,17 +123,13 @@ static int no_run_dir(const char *run)
 {
     fiber_run_list l = {0};
     int rc = fiber_runs_list(run, &l);
-    int k8s = rc == 0 && l.n == 1 && strcmp(l.runs[0].backend, "kubernetes") == 0;
+    const struct fb_run_ops *remote =
+        rc == 0 && l.n == 1 ? ops_named(l.runs[0].backend) : NULL;
+    const char *missing = remote ? remote->contact_missing : NULL;
     int found = rc == 0 && l.n > 0;
     fiber_run_list_free(&l);
-    if (k8s)
-        return fb_err(FIBER_ENOTSUP,
-                      "run '%s' has its master in a Kubernetes pod, and no "
-                      "job pod or Secret of it was found through the "
-                      "configured cluster (backend = kubernetes, or "
-                      "k8s_server): fiber top needs both, since the pod's "
-                      "run directory is not on this host",
-                      run);
+    if (missing)
+        return fb_err(FIBER_ENOTSUP, "run '%s' %s", run, missing);
     if (found)
         return fb_err(FIBER_ESTATE,
                       "run '%s' has no run directory on this host, so its "
@@ -147,7 +155,7 @@ static int locate(const char *run, char *addr, size_t addr_size,
         return rc;
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        rc = k8s_locate(run, addr, addr_size, encrypted, token);
+        rc = remote_locate(run, addr, addr_size, encrypted, token);
         return rc == 1 ? no_run_dir(run) : rc;
     }
     char mode[32];

@@ -17,6 +17,7 @@
 
 #include <ini.h>
 
+#include "backend/runops.h"
 #include "base/common.h"
 #include "runtime/config.h"
 
@@ -135,9 +136,8 @@ static int bad_value(const struct key_spec *k, const char *text,
 
 /* ---- choices: backend, log_level, transport ------------------------------ */
 
-/* The order of these lists is the order of the values they stand for. */
-static const char *const backend_names[] = {"local", "docker", "slurm",
-                                             "kubernetes"};
+/* The order of these lists is the order of the values they stand for.
+ * The backends' names are the registry's (backend/backend.c). */
 static const char *const log_level_names[] = {"error", "warn", "info",
                                               "debug"};
 static const char *const transport_names[] = {"ipc", "tcp"};
@@ -174,12 +174,15 @@ static int parse_choice(const struct key_spec *k, const char *text,
 static int parse_backend(const struct key_spec *k, const char *text,
                          const char *origin, union cfg_value *out)
 {
-    size_t index;
-    int rc = parse_choice(k, text, origin, backend_names,
-                          FB_ARRAY_LEN(backend_names), &index);
+    const char *names[16];
+    size_t count = 0, index;
+    const struct fb_run_ops *ops;
+    while (count < FB_ARRAY_LEN(names) && (ops = fb_run_ops_at(count)))
+        names[count++] = ops->name;
+    int rc = parse_choice(k, text, origin, names, count, &index);
     /* Store the canonical spelling, so "LOCAL" reads back as "local". */
     if (rc == 0)
-        out->str = backend_names[index];
+        out->str = names[index];
     return rc;
 }
 

@@ -219,12 +219,5 @@ FIBER_API int fiber_resumed(void)
     if (fiber_is_master() != 1)
         return 0;
     int n = fb_rt_config()->resumed;
-    const char *slurm = getenv("SLURM_RESTART_COUNT");
-    if (n == 0 && slurm && *slurm) {
-        char *end = NULL;
-        long v = strtol(slurm, &end, 10);
-        if (*end == '\0' && v > 0 && v <= 1000000)
-            n = (int)v;
-    }
-    return n;
+    return n ? n : fb_backend_restarts();
 }

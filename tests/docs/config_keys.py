@@ -6,7 +6,8 @@ ctest `docs.config_keys`.  Usage:
     config_keys.py SOURCE_DIR CONFIG_DEFAULTS
 
 Reads the key table of src/runtime/config.c (FB_CONFIG_KEYS: name, kind,
-range) and its lists of choices (backend_names, ...), asks the library
+range) and its lists of choices (log_level_names, ...; the backends are
+src/backend/backend.c's registry), asks the library
 for each key's built-in value (CONFIG_DEFAULTS, tests/docs/config_defaults.c,
 run with no FIBER_* variable and no .fiberconfig), and checks against the
 table under "## Keys" in docs/configuration.md:
@@ -55,6 +56,12 @@ def code_table(root):
     for m in re.finditer(r"static const char \*const (\w+)\[\]\s*=\s*\{(.*?)\};",
                          text, re.S):
         choices[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    # The backend key's choices are the registry's backends, in its order.
+    registry = open(os.path.join(root, "src", "backend", "backend.c"),
+                    encoding="utf-8").read()
+    choices["backend_names"] = re.findall(r"&fb_run_ops_(\w+)\}", registry)
+    if not choices["backend_names"]:
+        sys.exit("FAIL src/backend/backend.c: no registry line found")
     return keys, choices
 
 

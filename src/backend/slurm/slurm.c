@@ -1286,6 +1286,17 @@ static void slurm_release_job(struct fb_backend *be, struct fb_job *job)
     fiber_buf_free(&j->sopts);
 }
 
+/* A requeued job's restarts (sbatch --requeue, scontrol requeue). */
+static int slurm_restarts(void)
+{
+    const char *count = getenv("SLURM_RESTART_COUNT");
+    if (!count || !*count)
+        return 0;
+    char *end = NULL;
+    long v = strtol(count, &end, 10);
+    return *end == '\0' && v > 0 && v <= 1000000 ? (int)v : 0;
+}
+
 const struct fb_backend_ops fb_backend_slurm = {
     .name = "slurm",
     .caps = 0,
@@ -1301,4 +1312,5 @@ const struct fb_backend_ops fb_backend_slurm = {
     .release_job = slurm_release_job,
     .begin_batch = slurm_begin_batch,
     .end_batch = slurm_end_batch,
+    .restarts = slurm_restarts,
 };
