@@ -3,5 +3,4 @@
 list(APPEND FIBER_SOURCES
      ${CMAKE_CURRENT_LIST_DIR}/objsrv.c
      ${CMAKE_CURRENT_LIST_DIR}/objclient.c
-     ${CMAKE_CURRENT_LIST_DIR}/kinds.c
 )
