@@ -67,8 +67,8 @@
 #include "pool/pool_int.h"
 #include "bench_common.h"
 #include "base/common.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
+#include "runtime/runtime.h"
 #include "wire/wire.h"
 
 #define PROG "soak"

@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/config.h"
 #include "fiber/fiber.h"
+#include "runtime/config.h"
 
 enum fb_job_state {
     FB_JOB_RUNNING = 0, /* created; may still be queued by the engine */

@@ -2,11 +2,11 @@
  * init.c -- fiber_init: the API layer registers what the core calls of
  * it (core/hooks.h), then the runtime starts (fb_rt_init, runtime.c).
  */
-#include "store/object_int.h"
-#include "objsrv/objsrv.h"
 #include "base/common.h"
+#include "objsrv/objsrv.h"
 #include "runtime/hooks.h"
 #include "runtime/runtime.h"
+#include "store/object_int.h"
 
 /* fiber_shutdown: the master's object server, then its blob server. */
 static void api_shutdown(void)

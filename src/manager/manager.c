@@ -23,10 +23,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
-#include "runtime/child.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "objsrv/objsrv.h"
+#include "runtime/child.h"
 #include "runtime/runtime.h"
 
 #define MANAGER_MAGIC 0x4d475252u /* "MGRR" */

@@ -24,12 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "manager/mobj_ops.h"
-#include "manager/mshm.h"
-#include "objsrv/objsrv.h"
-#include "manager/shdict.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "manager/mobj_ops.h"
+#include "manager/mshm.h"
+#include "manager/shdict.h"
+#include "objsrv/objsrv.h"
 #include "runtime/runtime.h"
 #include "runtime/task.h"
 

@@ -17,11 +17,11 @@
 
 #include <sodium.h>
 
+#include "base/common.h"
 #include "manager/mobj_ops.h"
 #include "manager/mshm.h"
-#include "objsrv/objsrv.h"
 #include "manager/shdict.h"
-#include "base/common.h"
+#include "objsrv/objsrv.h"
 
 #define PAGE 4096
 /* A dict's address space: the most its keys, values and index may take. */

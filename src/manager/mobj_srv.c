@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/common.h"
 #include "manager/mobj_ops.h"
 #include "objsrv/objsrv.h"
-#include "base/common.h"
 #include "runtime/task.h"
 
 static int expired(const struct fb_oreq *r)

@@ -17,9 +17,9 @@
 
 #include <sodium.h>
 
-#include "manager/mshm.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "manager/mshm.h"
 
 #define MSHM_MAGIC 0x316d68736d626966ull /* "fibmshm1" */
 #define LIFE_MAGIC 0x3165666962626966ull /* "fibbife1" */

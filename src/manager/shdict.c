@@ -87,8 +87,8 @@
 
 #include <sodium.h>
 
-#include "manager/shdict.h"
 #include "base/common.h"
+#include "manager/shdict.h"
 
 volatile int fb_shdict_crash_at;
 

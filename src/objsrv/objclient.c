@@ -33,13 +33,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "base/spin.h"
 #include "base/thread.h"
 #include "future/future.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 
 #define DIAL_TIMEOUT_MS 10000
 #define SPIN_US 50          /* the longest spin before a wait blocks */

@@ -14,14 +14,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "base/spin.h"
 #include "base/thread.h"
 #include "net/gate.h"
 #include "net/listener.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 
 #define MAX_CONNS 4096
 #define SPIN_US 50 /* the longest spin of an idle server before it blocks */

@@ -50,14 +50,14 @@
 
 #include <sodium.h>
 
-#include "objsrv/objsrv.h"
-#include "pipe/pipe_ops.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "base/spin.h"
 #include "base/thread.h"
 #include "net/gate.h"
+#include "objsrv/objsrv.h"
+#include "pipe/pipe_ops.h"
+#include "runtime/runtime.h"
 
 #define PIPE_MAGIC 0x50495045u /* "PIPE" */
 #define PIPE_CAPACITY 1024     /* messages per relayed direction */

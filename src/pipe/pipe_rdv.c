@@ -22,11 +22,11 @@
 
 #include <sodium.h>
 
+#include "base/common.h"
+#include "base/log.h"
 #include "objsrv/objsrv.h"
 #include "pipe/pipe_ops.h"
 #include "ring/ring_ops.h"
-#include "base/common.h"
-#include "base/log.h"
 
 enum { M_OPEN, M_DIRECT, M_RELAYED };
 

@@ -11,13 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/object_int.h"
-#include "pool/pool_int.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/task.h"
 #include "base/thread.h"
 #include "future/future.h"
+#include "pool/pool_int.h"
+#include "runtime/task.h"
+#include "store/object_int.h"
 
 #define IMAP_MAGIC 0x494d4150u   /* "IMAP" */
 /* apply_async waits for room beyond this many unsent tasks. */

@@ -16,9 +16,9 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "runtime/runtime.h"
 #include "base/spin.h"
 #include "net/net.h"
+#include "runtime/runtime.h"
 
 #define POOL_MAGIC 0x504f4f4cu /* "POOL" */
 

@@ -18,9 +18,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "pool/pool_int.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "pool/pool_int.h"
 
 #define SPIN_US 50
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */

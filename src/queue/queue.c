@@ -32,9 +32,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/common.h"
 #include "objsrv/objsrv.h"
 #include "queue/queue_ops.h"
-#include "base/common.h"
 #include "runtime/runtime.h"
 
 #define PUT_WINDOW 8192     /* pipelined puts unanswered, per handle */

@@ -42,10 +42,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
-#include "queue/queue_ops.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "objsrv/objsrv.h"
+#include "queue/queue_ops.h"
 
 #define POLL_MS 2 /* how often a waiting put re-reads the consumers' marks */
 

@@ -62,12 +62,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
-#include "ring/ring_ops.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "net/gate.h"
+#include "objsrv/objsrv.h"
+#include "ring/ring_ops.h"
+#include "runtime/runtime.h"
 
 #define RING_MAGIC 0x52494e47u /* "RING" */
 #define PIECE (1u << 20)      /* payload bytes behind one header */

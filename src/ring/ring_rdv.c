@@ -18,10 +18,10 @@
 
 #include <sodium.h>
 
-#include "objsrv/objsrv.h"
-#include "ring/ring_ops.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "objsrv/objsrv.h"
+#include "ring/ring_ops.h"
 
 /* ==== the rendezvous: a kind of object on an object server ============== */
 

@@ -23,12 +23,12 @@
 
 #include <sodium.h>
 
-#include "runtime/runid.h"
 #include "backend/runops.h"
 #include "base/common.h"
+#include "net/net.h"
+#include "runtime/runid.h"
 #include "runtime/runtime.h"
 #include "runtime/stats_srv.h"
-#include "net/net.h"
 #include "wire/wire.h"
 
 #define WATCH_MAGIC 0x57415443u /* "WATC" */

@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/addr.h"
 #include "base/common.h"
+#include "runtime/addr.h"
 
 /* Writes to out the IPv4 address of interface name, or, with name NULL,
  * of the first interface that is up and not loopback.  Returns 0, or -1

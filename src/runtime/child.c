@@ -26,14 +26,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runtime/child.h"
 #include "base/common.h"
+#include "base/log.h"
+#include "base/thread.h"
+#include "runtime/child.h"
 #include "runtime/hooks.h"
 #include "runtime/runid.h"
-#include "base/log.h"
 #include "runtime/runtime.h"
 #include "runtime/task.h"
-#include "base/thread.h"
 
 extern char **environ;
 

@@ -7,8 +7,8 @@
 
 #include <pthread.h>
 
-#include "runtime/config.h"
 #include "net/net.h"
+#include "runtime/config.h"
 
 struct fb_child {
     struct fb_conn conn;

@@ -17,8 +17,8 @@
 #include <sodium.h>
 
 #include "base/common.h"
-#include "runtime/hooks.h"
 #include "base/log.h"
+#include "runtime/hooks.h"
 #include "runtime/runid.h"
 #include "runtime/runtime.h"
 #include "runtime/task.h"

@@ -25,10 +25,10 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "runtime/config.h"
-#include "runtime/runid.h"
 #include "net/gate.h"
 #include "net/net.h"
+#include "runtime/config.h"
+#include "runtime/runid.h"
 #include "wire/wire.h"
 
 /* Exit codes of a child that fails before or outside its task. */

@@ -34,12 +34,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/addr.h"
 #include "base/common.h"
 #include "base/log.h"
+#include "base/thread.h"
+#include "runtime/addr.h"
 #include "runtime/runtime.h"
 #include "runtime/stats_srv.h"
-#include "base/thread.h"
 
 #define EV_LISTEN 1u
 #define EV_WAKE 2u

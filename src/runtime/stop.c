@@ -36,8 +36,8 @@
 
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "base/thread.h"
+#include "runtime/runtime.h"
 
 #define MAX_STOP_CALLBACKS 16
 

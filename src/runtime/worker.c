@@ -24,11 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/child.h"
 #include "base/common.h"
-#include "runtime/hooks.h"
 #include "base/log.h"
 #include "base/spin.h"
+#include "runtime/child.h"
+#include "runtime/hooks.h"
 #include "runtime/runtime.h"
 #include "runtime/task.h"
 

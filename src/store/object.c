@@ -27,12 +27,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "store/object_int.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
 #include "net/secure.h"
+#include "runtime/runtime.h"
+#include "store/object_int.h"
 
 #define BUCKETS 1024
 #define MAX_TRIES 16

@@ -37,15 +37,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "store/object_int.h"
 #include "base/common.h"
 #include "base/log.h"
-#include "runtime/runtime.h"
 #include "base/thread.h"
 #include "net/gate.h"
 #include "net/listener.h"
 #include "net/net.h"
 #include "net/secure.h"
+#include "runtime/runtime.h"
+#include "store/object_int.h"
 
 #define PIECE (256u << 10)
 #define QUEUE_MAX (1u << 20)

@@ -41,10 +41,10 @@
 #include <poll.h>
 #include <pthread.h>
 
-#include "objsrv/objsrv.h"
 #include "base/common.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 
 #define MAX_REQS 32
 

@@ -49,11 +49,11 @@
 #define FZ_NAME "fuzz_objsrv"
 #include "fuzz_util.h"
 
+#include "base/common.h"
+#include "net/net.h"
 #include "objsrv/objsrv.h"
 #include "queue/queue_ops.h"
-#include "base/common.h"
 #include "runtime/runtime.h"
-#include "net/net.h"
 
 /* Operation numbers: protocol (queue_ops.h, mobj_ops.h, ring_ops.h), never
  * renumbered. */

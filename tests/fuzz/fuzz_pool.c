@@ -42,8 +42,8 @@
 #define FZ_NAME "fuzz_pool"
 #include "fuzz_util.h"
 
-#include "pool/pool_int.h"
 #include "base/common.h"
+#include "pool/pool_int.h"
 #include "runtime/runtime.h"
 
 #define MAX_WORKERS 4

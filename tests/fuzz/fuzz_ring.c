@@ -38,10 +38,10 @@
 #include <poll.h>
 #include <pthread.h>
 
-#include "objsrv/objsrv.h"
 #include "base/common.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 
 #define RDV_JOIN (FB_OP_KIND + 0)
 #define PIECE (1u << 20)

@@ -38,10 +38,10 @@
 #define FZ_NAME "fuzz_worker"
 #include "fuzz_util.h"
 
-#include "runtime/child.h"
 #include "base/common.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
+#include "runtime/child.h"
+#include "runtime/runtime.h"
 
 #define MAX_CHUNKS 64
 #define MAX_ITEMS 256

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "base/common.h"
-#include "runtime/config.h"
 #include "base/log.h"
+#include "runtime/config.h"
 #include "harness.h"
 
 /* Every key, in the order of the table in config.c. */

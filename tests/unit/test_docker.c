@@ -30,8 +30,8 @@
 
 #include "backend/backend.h"
 #include "backend/http/http.h"
-#include "runtime/child.h"
 #include "base/common.h"
+#include "runtime/child.h"
 #include "runtime/runtime.h"
 #include "harness.h"
 

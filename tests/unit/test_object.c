@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/object_int.h"
-#include "pool/pool_int.h"
 #include "base/common.h"
-#include "runtime/runtime.h"
 #include "net/net.h"
+#include "pool/pool_int.h"
+#include "runtime/runtime.h"
+#include "store/object_int.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)

@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "objsrv/objsrv.h"
 #include "base/common.h"
+#include "objsrv/objsrv.h"
 #include "runtime/runtime.h"
 #include "harness.h"
 

@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/object_int.h"
-#include "objsrv/objsrv.h"
 #include "base/common.h"
+#include "objsrv/objsrv.h"
 #include "runtime/runtime.h"
+#include "store/object_int.h"
 #include "harness.h"
 #include "net/net.h"
 #include "wire/wire.h"

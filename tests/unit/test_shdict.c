@@ -19,8 +19,8 @@
 
 #include <sodium.h>
 
-#include "manager/shdict.h"
 #include "base/common.h"
+#include "manager/shdict.h"
 #include "harness.h"
 
 /* ---- regions ------------------------------------------------------------ */

@@ -21,8 +21,8 @@
 
 #include "backend/runops.h"
 #include "backend/slurm/slurm.h"
-#include "runtime/addr.h"
 #include "base/common.h"
+#include "runtime/addr.h"
 #include "runtime/config.h"
 #include "runtime/runtime.h"
 #include "harness.h"

@@ -57,12 +57,12 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/json_util.h"
 #include "backend/docker/engine.h"
 #include "backend/docker/image.h"
+#include "backend/json_util.h"
 #include "base/common.h"
-#include "runtime/runid.h"
 #include "base/log.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 60000L
 #define WAIT_HEADERS_TIMEOUT_MS 10000L

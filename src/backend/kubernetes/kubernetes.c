@@ -84,9 +84,9 @@
 #include "backend/kubernetes/k8s_master.h"
 #include "backend/kubernetes/kubernetes.h"
 #include "base/common.h"
-#include "runtime/runid.h"
 #include "base/log.h"
 #include "base/thread.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define WATCH_SECONDS 240   /* the server ends a watch after this */

@@ -25,8 +25,8 @@
 #include "backend/backend.h"
 #include "backend/local/local.h"
 #include "base/common.h"
-#include "runtime/runid.h"
 #include "base/log.h"
+#include "runtime/runid.h"
 
 extern char **environ;
 
