@@ -15,7 +15,7 @@
  * its run ops (runops.h), under the same name.  Adding a backend is one
  * folder and one line here.  local comes first: it owns the run
  * directories of this host, and its list op runs before the others
- * (api/runs.c relies on both). */
+ * (runs/runs.c relies on both). */
 static const struct {
     const struct fb_backend_ops *jobs;
     const struct fb_run_ops *runs;

@@ -1,6 +1,8 @@
 /*
- * init.c -- fiber_init: the API layer registers what the core calls of
- * it (core/hooks.h), then the runtime starts (fb_rt_init, runtime.c).
+ * init.c -- fiber_init: registers what the runtime calls of the blob
+ * store and the object servers (runtime/hooks.h), then the runtime starts
+ * (fb_rt_init, runtime.c).  It sits above every concept (init/ is the
+ * layer that plugs them in: docs/architecture.md, "Layers").
  */
 #include "base/common.h"
 #include "objsrv/objsrv.h"

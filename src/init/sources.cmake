@@ -1,4 +1,5 @@
-# init/: fiber_init: plugs the concepts into the runtime.
+# init/: fiber_init, which plugs the concepts into the runtime, and the
+# kinds an object server hosts.
 # Included by the top CMakeLists.txt; adds this folder's sources to the library.
 list(APPEND FIBER_SOURCES
      ${CMAKE_CURRENT_LIST_DIR}/init.c

@@ -99,7 +99,7 @@ struct fb_gate {
     void *arg;
     /* 1: a HELLO that names job 0 (FB_GATE_WATCHER_JOB) is held to the
      * token alone, not to the build id: the master's watchers (`fiber
-     * top`, core/stats_srv.c) are another program than the run's.  The
+     * top`, runtime/stats_srv.c) are another program than the run's.  The
      * caller tells a watcher from a job by that job id. */
     int watchers;
     struct fb_gate_peer *newest, *oldest;

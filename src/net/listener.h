@@ -1,6 +1,6 @@
 /*
  * listener.h -- the part of a server around its connections that the
- * object server (api/objsrv.c) and the blob server (api/objserve.c)
+ * object server (objsrv/objsrv.c) and the blob server (store/objserve.c)
  * share: the listening socket, one epoll set holding it and a stop
  * eventfd, and the thread that serves them.
  *

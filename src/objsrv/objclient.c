@@ -7,7 +7,7 @@
  * Threads: a connection's lock guards its buffers and waiters.  The thread
  * that waits for a reply reads the socket itself (no helper thread) and
  * hands other threads' replies to them through the condition variable.
- * Waits spin adaptively (core/spin.h) before they block in poll(); on a
+ * Waits spin adaptively (base/spin.h) before they block in poll(); on a
  * plaintext connection the spin is a loop of non-blocking recv()s into
  * the input buffer, so a reply caught while spinning costs one system
  * call.

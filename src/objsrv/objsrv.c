@@ -57,7 +57,7 @@ struct fb_objsrv {
     int n_doomed;
     int stopping;
     struct fb_oconn *dirty; /* connections with replies to flush */
-    struct fb_spin spin;    /* waits spin before blocking (core/spin.h) */
+    struct fb_spin spin;    /* waits spin before blocking (base/spin.h) */
 };
 
 #define EV_LISTEN ((void *)1)
@@ -652,7 +652,7 @@ static void accept_all(struct fb_objsrv *s)
 }
 
 /* Waits for events as epoll_wait does, spinning first (adaptively, see
- * core/spin.h) when the wait would block: a request that comes within
+ * base/spin.h) when the wait would block: a request that comes within
  * the spin is served without the cost of waking a sleeping thread.  With
  * no spin budget it goes straight to the blocking wait (which returns at
  * once when events are there): one system call per wait, not two. */

@@ -712,7 +712,7 @@ static int take_frame(fiber_pipe *p, fiber_buf *out)
 /* Spins (polling without blocking) for as long as the adaptive budget
  * allows, before a recv blocks: a message that comes within the spin
  * saves the wake-up of a sleeping thread, tens of microseconds on these
- * machines (core/spin.h).  1 when pf became ready. */
+ * machines (base/spin.h).  1 when pf became ready. */
 static int spin_wait(struct fb_spin *spin, struct pollfd *pf)
 {
     unsigned spin_us = fb_spin_budget(spin);

@@ -1,6 +1,6 @@
 /*
  * pool_watch.c -- the registry of the master's live pools, which is what
- * `fiber top` shows: core/stats_srv.c asks it for every pool's name and
+ * `fiber top` shows: runtime/stats_srv.c asks it for every pool's name and
  * counters (fb_stats_set_pools) when a monitor sends STATS.
  *
  * Locking: registry_mu guards the list and is taken before a pool's mu

@@ -4,7 +4,7 @@
  * backend's run ops (backend/runops.h) do the work; this file checks the
  * arguments, names the run and prepares the master's variables.
  *
- * The launcher names the run itself (core/runid.h) and hands the name to
+ * The launcher names the run itself (runtime/runid.h) and hands the name to
  * the program in FIBER_BOOT_RUN, so that what it prints, the run
  * directory it records the master's pid in, and the labels of the
  * master's container or pod agree with the run id the program's jobs

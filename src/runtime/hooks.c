@@ -1,6 +1,7 @@
 /*
- * hooks.c -- the table of the API layer's hooks into the core (hooks.h),
- * and the no-ops it holds until the API layer registers its own.
+ * hooks.c -- the table of the hooks the concepts above the runtime plug
+ * into it (hooks.h), and the no-ops it holds until fiber_init registers
+ * theirs.
  */
 #include <stddef.h>
 

@@ -1,13 +1,13 @@
 /*
- * hooks.h -- what the API layer plugs into the core.
+ * hooks.h -- what the concepts above the runtime plug into it.
  *
- * core/ (the runtime, the child and the pool worker's loop) sits below
- * api/ and includes nothing from it.  Where the core needs a service of
- * the API layer (the shared-object store and its blob server, the
- * master's object server, the object clients' pipelined puts), it calls
- * through this table, which the API layer registers before the runtime
- * starts: fiber_init (api/init.c) calls fb_rt_set_api_hooks, then
- * fb_rt_init.  Until then (and in programs that never call fiber_init)
+ * runtime/ (the runtime, the child and the pool worker's loop) sits below
+ * the concepts (store/, objsrv/, ...) and includes nothing from them
+ * (docs/architecture.md, "Layers").  Where the runtime needs one of their
+ * services (the shared-object store and its blob server, the master's
+ * object server, the object clients' pipelined puts), it calls through
+ * this table, which is registered before the runtime starts: fiber_init
+ * (init/init.c) calls fb_rt_set_api_hooks, then fb_rt_init.  Until then (and in programs that never call fiber_init)
  * every member is a no-op.
  */
 #ifndef FB_HOOKS_H

@@ -5,9 +5,9 @@
  * backends and the `fiber` command find a run's parts (environment
  * variables, files of the run directory, container and pod labels).
  *
- * Users: core/runtime.c and core/service.c (a master's own id and
+ * Users: runtime/runtime.c and runtime/service.c (a master's own id and
  * directory), the backends (labels, secret variables) and their run ops
- * (backend/<name>/runs.c), api/runs.c and api/launch.c.
+ * (backend/<name>/runs.c), runs/runs.c and runs/launch.c.
  */
 #ifndef FB_RUNID_H
 #define FB_RUNID_H

@@ -1,5 +1,5 @@
 /*
- * runtime.c -- fb_rt_init (fiber_init's work; fiber_init is api/init.c)
+ * runtime.c -- fb_rt_init (fiber_init's work; fiber_init is init/init.c)
  * and the roles, the run's identity, configuration layering, and the
  * master's job records.
  */

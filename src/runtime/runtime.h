@@ -3,8 +3,10 @@
  * the master's listener, its jobs, and the service thread.
  *
  * There is one runtime per process (struct fb_runtime, defined in
- * runtime.c); it is the only global mutable state of the library, besides
- * the task registry built at load time and the log's settings.
+ * runtime.c).  It holds most of the library's global mutable state, not
+ * all: the task registry, the log's settings, and a few servers, clients
+ * and tables of other folders keep their own, each behind its own lock
+ * (docs/architecture.md, "The runtime", lists them).
  *
  * Jobs.  Every job the master starts has a record (struct fb_jobrec) owned
  * by the API object that started it (a fiber_process today).  The record
@@ -87,7 +89,7 @@ struct fb_jobrec {
 };
 
 /* fiber_init's work, once the API layer has registered its hooks
- * (api/init.c, core/hooks.h): in a child it never returns. */
+ * (init/init.c, runtime/hooks.h): in a child it never returns. */
 int fb_rt_init(int *argc, char ***argv);
 
 /* Returns 1 in the master after fiber_init(). */

@@ -230,7 +230,7 @@ static void on_pending(struct fb_pending *p)
     struct fb_msg_hello m;
     if (fb_gate_serve(&R->gate, &p->peer, R->token, R->build_id, &m) != 1)
         return;
-    if (m.job_id == FB_MONITOR_JOB_ID) { /* fiber top: core/stats_srv.c */
+    if (m.job_id == FB_MONITOR_JOB_ID) { /* fiber top: runtime/stats_srv.c */
         fb_gate_admit(&R->gate, &p->peer);
         fb_stats_adopt(&p->conn);
         free(p);
@@ -515,7 +515,7 @@ int fb_service_start(void)
         rc = open_poller();
     if (rc == 0 && !R->gate.close) { /* once: its counters are the run's */
         fb_gate_init(&R->gate, "master", 0, 0, close_pending, NULL);
-        R->gate.watchers = 1; /* fiber top: core/stats_srv.c */
+        R->gate.watchers = 1; /* fiber top: runtime/stats_srv.c */
         R->gate.on_refused = note_refused;
     }
     if (rc == 0)

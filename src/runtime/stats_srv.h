@@ -49,7 +49,7 @@ struct fb_monitor_pool {
 typedef size_t (*fb_monitor_pools_fn)(struct fb_monitor_pool *rows,
                                       size_t max);
 
-/* Sets the function that lists the live pools (api/pool.c sets it when
+/* Sets the function that lists the live pools (pool/pool.c sets it when
  * its first pool is made).  Safe from any thread. */
 void fb_stats_set_pools(fb_monitor_pools_fn fn);
 

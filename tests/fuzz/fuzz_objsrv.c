@@ -1,6 +1,6 @@
 /*
- * fuzz_objsrv.c -- libFuzzer target for the object server (src/api/
- * objsrv.c) and every kind of object it hosts: queues and pipes
+ * fuzz_objsrv.c -- libFuzzer target for the object server
+ * (src/objsrv/objsrv.c) and every kind of object it hosts: queues and pipes
  * (queue.c), the manager's dict, list, value, lock, rlock, event,
  * semaphore, barrier, condition and custom objects (mobj_srv.c), and the
  * ring's rendezvous (ring_rdv.c).

@@ -1,6 +1,6 @@
 /*
  * fuzz_ring.c -- libFuzzer target for a ring member's message handling
- * (src/api/ring.c): the HELLOs that link a member to its neighbours, the
+ * (src/ring/ring.c): the HELLOs that link a member to its neighbours, the
  * hostile connections on its socket while it waits for the previous rank,
  * and the 32-byte-header pieces of every collective it receives.  The
  * rendezvous's own handling of JOIN is fuzz_objsrv's.

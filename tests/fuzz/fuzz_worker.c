@@ -1,6 +1,6 @@
 /*
  * fuzz_worker.c -- libFuzzer target for a pool worker's side
- * (src/core/worker.c): POOL (its initializer), TASK chunks, PING, STOP,
+ * (src/runtime/worker.c): POOL (its initializer), TASK chunks, PING, STOP,
  * and whatever else a master could send.
  *
  * The worker loop proper never returns (it exits on STOP and dies on a

@@ -1,5 +1,5 @@
 /*
- * test_shdict.c -- the shared-memory dict (api/shdict.c): its operations
+ * test_shdict.c -- the shared-memory dict (manager/shdict.c): its operations
  * against a model, growth past the first file size and up to the limit,
  * two processes on one memfd mapped at their own addresses, a process
  * killed at every crash point (then the dict must be one the operations

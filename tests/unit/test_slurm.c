@@ -1086,7 +1086,7 @@ TEST(run_on_slurm_kill_escalates_to_sigkill_after_the_grace_period)
     remove_scratch(&t);
 }
 
-/* ---- the fiber command on slurm (needs the api/ dispatch to runops) ---- */
+/* ---- the fiber command on slurm (needs the runs/ dispatch to runops) ---- */
 
 /* Runs a shell command line with the fiber command as $FIBER; its
  * standard output is returned (caller frees), its standard error goes to

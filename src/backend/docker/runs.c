@@ -1,6 +1,6 @@
 /*
  * runs.c -- the docker backend's run ops (backend/runops.h): a run's
- * containers, found by their fiber.run label (core/runid.h), and a master
+ * containers, found by their fiber.run label (runtime/runid.h), and a master
  * started in a container of its own.
  *
  * The containers a kubelet makes for pods carry their pod's labels too

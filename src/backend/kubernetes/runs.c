@@ -1,7 +1,7 @@
 /*
  * runs.c -- the kubernetes backend's run ops (backend/runops.h): a run's
  * pods in the configured namespace, found by their fiber.run label
- * (core/runid.h; its value is the run id made a DNS label, which is the
+ * (runtime/runid.h; its value is the run id made a DNS label, which is the
  * run id itself for the ids fiber makes), and a master started as a pod
  * (k8s_master.c).
  *
