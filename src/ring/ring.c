@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/endian.h"
 #include "base/log.h"
 #include "net/gate.h"
 #include "objsrv/objsrv.h"
@@ -147,36 +148,6 @@ static void ring_break(fiber_ring *r, int code, const char *why)
 }
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
-
-/* ==== little-endian fields =============================================== */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* ==== joining: listening, the rendezvous, and the two links ============== */
 
@@ -609,16 +580,16 @@ static size_t piece_len(const struct xfer *x)
 static void hdr_encode(uint8_t *h, const struct call_id *id, uint32_t piece,
                        size_t plen)
 {
-    put32(h, HDR_MAGIC);
+    fb_put_le32(h, HDR_MAGIC);
     h[4] = id->kind;
     h[5] = id->dtype;
     h[6] = id->op;
     h[7] = 0;
-    put32(h + 8, id->seq);
-    put32(h + 12, id->step);
-    put64(h + 16, id->total);
-    put32(h + 24, (uint32_t)plen);
-    put32(h + 28, piece);
+    fb_put_le32(h + 8, id->seq);
+    fb_put_le32(h + 12, id->step);
+    fb_put_le64(h + 16, id->total);
+    fb_put_le32(h + 24, (uint32_t)plen);
+    fb_put_le32(h + 28, piece);
 }
 
 /* Explains a header that is not the one expected. */
@@ -626,25 +597,25 @@ static int hdr_mismatch(const fiber_ring *r, const uint8_t *got,
                         const uint8_t *want)
 {
     int prev = mod(r->rank - 1, r->n);
-    if (get32(got) != HDR_MAGIC)
+    if (fb_get_le32(got) != HDR_MAGIC)
         return fb_err(FIBER_EPROTO, "ring rank %d: rank %d sent bytes that "
                       "are not ring data", r->rank, prev);
-    if (memcmp(got + 4, want + 4, 3) != 0 || get32(got + 8) != get32(want + 8))
+    if (memcmp(got + 4, want + 4, 3) != 0 || fb_get_le32(got + 8) != fb_get_le32(want + 8))
         return fb_err(FIBER_EPROTO, "ring rank %d: rank %d is in another "
                       "collective (kind %u, type %u, op %u, call %u; we are "
                       "in %u, %u, %u, %u): every member must make the same "
                       "calls in the same order", r->rank, prev, got[4],
-                      got[5], got[6], get32(got + 8), want[4], want[5],
-                      want[6], get32(want + 8));
-    if (get64(got + 16) != get64(want + 16))
+                      got[5], got[6], fb_get_le32(got + 8), want[4], want[5],
+                      want[6], fb_get_le32(want + 8));
+    if (fb_get_le64(got + 16) != fb_get_le64(want + 16))
         return fb_err(FIBER_EPROTO, "ring rank %d: rank %d called with %llu "
                       "bytes, we with %llu", r->rank, prev,
-                      (unsigned long long)get64(got + 16),
-                      (unsigned long long)get64(want + 16));
+                      (unsigned long long)fb_get_le64(got + 16),
+                      (unsigned long long)fb_get_le64(want + 16));
     return fb_err(FIBER_EPROTO, "ring rank %d: rank %d is out of step "
                   "(step %u piece %u, want step %u piece %u; a different "
-                  "root?)", r->rank, prev, get32(got + 12), get32(got + 28),
-                  get32(want + 12), get32(want + 28));
+                  "root?)", r->rank, prev, fb_get_le32(got + 12), fb_get_le32(got + 28),
+                  fb_get_le32(want + 12), fb_get_le32(want + 28));
 }
 
 /* A link failed in send or recv (to_next says which) with errno err. */
