@@ -723,16 +723,13 @@ int fb_objsrv_start(struct fb_objsrv **out, const char *addr,
     struct fb_objsrv *s = calloc(1, sizeof *s);
     if (!s)
         return fb_err(FIBER_ENOMEM, "out of memory");
-    fb_listener_init(&s->l);
     memcpy(s->token, token, sizeof s->token);
     fb_strlcpy(s->build_id, build_id, sizeof s->build_id);
     s->max_payload = fb_rt_config()->max_message_bytes;
-    fb_gate_init(&s->gate, "object server", 0, 0, gate_close, s);
     fb_spin_init(&s->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
-    int rc = fb_listener_open(&s->l, addr, EV_LISTEN, EV_STOP,
-                              "object server");
-    if (rc == 0 && own_thread)
-        rc = fb_listener_start(&s->l, server_main, s,
+    int rc = fb_listener_serve(&s->l, &s->gate, addr, "object server",
+                               EV_LISTEN, EV_STOP, gate_close,
+                               own_thread ? server_main : NULL, s,
                                "the object server thread");
     if (rc) {
         fb_objsrv_stop(s);
@@ -765,8 +762,7 @@ void fb_objsrv_stop(struct fb_objsrv *s)
 {
     if (!s)
         return;
-    fb_listener_join(&s->l);
-    fb_gate_clear(&s->gate);
+    fb_listener_halt(&s->l, &s->gate);
     s->stopping = 1; /* the objects' destroy can tell a stop from a free */
     while (s->conns)
         conn_drop(s, s->conns, "server stopping");

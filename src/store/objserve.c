@@ -574,11 +574,9 @@ int fb_oserve_start(struct fb_oserve **out, const char *addr, int directory)
     if (!s)
         return fb_err(FIBER_ENOMEM, "out of memory");
     s->directory = directory;
-    fb_listener_init(&s->l);
-    fb_gate_init(&s->gate, "blob server", 0, 0, gate_close, s);
-    int rc = fb_listener_open(&s->l, addr, EV_LISTEN, EV_STOP, "blob server");
-    if (rc == 0)
-        rc = fb_listener_start(&s->l, serve_main, s, "the blob server thread");
+    int rc = fb_listener_serve(&s->l, &s->gate, addr, "blob server",
+                               EV_LISTEN, EV_STOP, gate_close, serve_main, s,
+                               "the blob server thread");
     if (rc) {
         fb_oserve_stop(s);
         return rc;
@@ -596,8 +594,7 @@ void fb_oserve_stop(struct fb_oserve *s)
 {
     if (!s)
         return;
-    fb_listener_join(&s->l);
-    fb_gate_clear(&s->gate);
+    fb_listener_halt(&s->l, &s->gate);
     while (s->conns)
         conn_drop(s, s->conns);
     fb_listener_close(&s->l);
