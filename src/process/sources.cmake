@@ -1,5 +1,2 @@
 # process/: fiber_process.
-# Included by the top CMakeLists.txt; adds this folder's sources to the library.
-list(APPEND FIBER_SOURCES
-     ${CMAKE_CURRENT_LIST_DIR}/process.c
-)
+fiber_sources(process.c)
