@@ -566,7 +566,7 @@ static int k8s_init(struct fb_backend *be)
 {
     struct k8s_state *ks = be->state;
     ks->stop_fd = -1;
-    fb_k8s_dns_name(fiber_run_id(), ks->run, sizeof ks->run);
+    fb_k8s_dns_name(be->run_id, ks->run, sizeof ks->run);
     if (!ks->run[0])
         fb_strlcpy(ks->run, "fiber", sizeof ks->run);
     ks->grace_s = (be->cfg->terminate_grace_ms + 999) / 1000;
