@@ -28,8 +28,8 @@
 
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/kubernetes.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)

@@ -1,0 +1,33 @@
+/*
+ * pipe_ops.h -- the operations of a pipe's rendezvous (pipe_rdv.c), the
+ * object on the master's object server where the two ends of a fiber_pipe
+ * (pipe.c) learn how to reach each other.  Items are in the OCALL's list;
+ * u32 and u64 are little-endian.
+ *
+ *   JOIN      items: u32 side (0: end a, 1: end b) | u32 pid | u64 handle
+ *             id | the handle's listening address.  Never parked:
+ *             answers u32 verdict | u64 nonce | the address to dial
+ *             (empty unless DIAL).  A handle JOINs again, with the same
+ *             id, to learn whether its wait is over.
+ *   FALLBACK  items: u32 side.  The side told to DIAL could not: the pipe
+ *             stays on its relayed queues.
+ */
+#ifndef FB_PIPE_OPS_H
+#define FB_PIPE_OPS_H
+
+#include "objsrv/objsrv.h"
+
+#define FB_PRDV_JOIN (FB_OP_KIND + 0)
+#define FB_PRDV_FALLBACK (FB_OP_KIND + 1)
+
+/* JOIN's verdicts. */
+#define FB_PRDV_WAIT 0    /* listen: the other end will dial this one */
+#define FB_PRDV_DIAL 1    /* dial the address in the answer */
+#define FB_PRDV_RELAYED 2 /* stay on the relayed queues (for good) */
+#define FB_PRDV_DIALED 3  /* (to a waiting handle) the other end was told
+                             to dial it */
+
+/* An address, with its NUL, is shorter than this. */
+#define FB_PIPE_ADDR_MAX 600
+
+#endif /* FB_PIPE_OPS_H */

@@ -1,0 +1,170 @@
+/*
+ * pipe_rdv.c -- the rendezvous of a fiber_pipe (pipe.c): a kind of object
+ * on the master's object server that decides, once, whether the pipe's two
+ * ends connect directly, and tells the second end where the first listens
+ * (the operations are pipe_ops.h).
+ *
+ * The first end to be used JOINs and is told to WAIT (it listens); when
+ * the other end JOINs from another process, it is told to DIAL the first,
+ * and the pipe is direct for good: any later JOIN of either side (a second
+ * handle on an end) fails with FIBER_ESTATE, since the linked handles
+ * carry the pipe's messages.  The pipe stays on its relayed queues, for
+ * good, when both ends are first used in one process, when a second
+ * handle of a side JOINs while the first still waits (two openers, or an
+ * end handed on before the link), or when the dialer cannot reach the
+ * listener (FALLBACK).
+ *
+ * Threads: it runs in the object server's thread, as every kind does.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "base/common.h"
+#include "base/log.h"
+#include "objsrv/objsrv.h"
+#include "pipe/pipe_ops.h"
+#include "ring/ring_ops.h"
+
+enum { M_OPEN, M_DIRECT, M_RELAYED };
+
+struct prdv_side {
+    int joined;
+    const struct fb_oconn *conn; /* the connection it joined on */
+    uint32_t pid;
+    uint64_t hid;
+    char addr[FB_PIPE_ADDR_MAX];
+};
+
+struct prdv {
+    int mode;
+    uint64_t nonce;
+    struct prdv_side side[2];
+};
+
+static void answer(struct prdv *d, struct fb_oreq *req, uint32_t verdict,
+                   const char *addr)
+{
+    fiber_iov items[3] = {{&verdict, 4},
+                          {&d->nonce, 8},
+                          {addr, addr ? strlen(addr) : 0}};
+    fb_oreq_reply(req, 0, items, 3);
+}
+
+/* A second handle of a side that has already joined. */
+static void join_again(struct prdv *d, struct fb_oreq *req, uint32_t s,
+                       uint64_t hid)
+{
+    struct prdv_side *me = &d->side[s];
+    if (me->hid == hid) {
+        answer(d, req, d->mode == M_DIRECT ? FB_PRDV_DIALED : FB_PRDV_WAIT,
+               NULL);
+        return;
+    }
+    if (d->mode == M_DIRECT) {
+        fb_oreq_fail(req, FIBER_ESTATE,
+                     "end %c of this pipe is already connected directly to "
+                     "process %u: an end used over a direct connection "
+                     "cannot be opened again (give each end to one process)",
+                     s ? 'b' : 'a', me->pid);
+        return;
+    }
+    d->mode = M_RELAYED; /* two handles on one end: only the queues serve */
+    answer(d, req, FB_PRDV_RELAYED, NULL);
+}
+
+static void prdv_join(struct prdv *d, struct fb_oreq *req)
+{
+    uint32_t s = 2, pid = 0;
+    uint64_t hid;
+    if (req->count != 4 || fb_item_u32(req, 0, &s) != 0 || s > 1 ||
+        fb_item_u32(req, 1, &pid) != 0 || req->items[2].len != 8 ||
+        req->items[3].len >= FB_PIPE_ADDR_MAX) {
+        fb_oreq_fail(req, FIBER_EINVAL, "JOIN wants a side (0 or 1), a pid, "
+                                        "a handle id and an address");
+        return;
+    }
+    memcpy(&hid, req->items[2].data, 8);
+    if (d->mode == M_RELAYED) {
+        answer(d, req, FB_PRDV_RELAYED, NULL);
+        return;
+    }
+    if (d->side[s].joined) {
+        join_again(d, req, s, hid);
+        return;
+    }
+    struct prdv_side *me = &d->side[s], *other = &d->side[1 - s];
+    me->joined = 1;
+    me->pid = pid;
+    me->hid = hid;
+    me->conn = req->conn;
+    memcpy(me->addr, req->items[3].data, req->items[3].len);
+    me->addr[req->items[3].len] = '\0';
+    if (!other->joined)
+        answer(d, req, FB_PRDV_WAIT, NULL);
+    else if (other->pid == pid || !other->addr[0] || d->mode != M_OPEN) {
+        d->mode = M_RELAYED;
+        answer(d, req, FB_PRDV_RELAYED, NULL);
+    } else {
+        d->mode = M_DIRECT;
+        answer(d, req, FB_PRDV_DIAL, other->addr);
+    }
+}
+
+static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
+{
+    struct prdv *d = o->state;
+    if (req->op == FB_PRDV_JOIN)
+        prdv_join(d, req);
+    else if (req->op == FB_PRDV_FALLBACK) {
+        if (d->mode != M_RELAYED)
+            fb_log_info("pipe: the ends could not connect directly; the "
+                        "pipe stays on the master's queues");
+        d->mode = M_RELAYED;
+        fb_oreq_reply(req, 0, NULL, 0);
+    } else
+        fb_oreq_fail(req, FIBER_EINVAL, "a pipe's rendezvous has no "
+                                        "operation %d", req->op);
+    return 1;
+}
+
+/* A process that joined and was killed while it waited cannot remove its
+ * socket (which would keep the run directory from being removed). */
+static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
+{
+    struct prdv *d = o->state;
+    for (int s = 0; s < 2; s++)
+        if (d->side[s].conn == c) {
+            if (d->side[s].addr[0])
+                fb_rdv_unlink_sock(o->srv, d->side[s].addr, "pipe");
+            d->side[s].conn = NULL;
+        }
+}
+
+static void prdv_destroy(struct fb_obj *o)
+{
+    free(o->state);
+}
+
+static const struct fb_obj_ops prdv_ops = {
+    .call = prdv_call,
+    .conn_gone = prdv_conn_gone,
+    .destroy = prdv_destroy,
+};
+
+static int prdv_create(struct fb_obj *o, const fiber_iov *params, uint32_t n)
+{
+    (void)params;
+    (void)n;
+    struct prdv *d = calloc(1, sizeof *d);
+    if (!d)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    randombytes_buf(&d->nonce, sizeof d->nonce);
+    o->state = d;
+    o->ops = &prdv_ops;
+    return 0;
+}
+
+const struct fb_obj_kind fb_kind_pipe_rdv = {"pipe_rdv", prdv_create};
