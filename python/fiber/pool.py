@@ -304,19 +304,26 @@ class Pool:
         self._check_running()
         self._start(func)
         func, ref = _with_shared(func, shared)
+        res = None
         try:
             payload = env.call(env.CALL, func, args, kwds, self._flags)
             if callback is None and error_callback is None:
-                res = AsyncResult(self, self._pool.apply_async(payload))
+                res = AsyncResult(self, None)
+                res._shared_ref = ref
+                res._future = self._pool.apply_async(payload)
             else:
                 res = AsyncResult(self, None, callback, error_callback)
+                # Before the submission: the callback thread may complete
+                # (and release) the result before apply_async returns.
+                res._shared_ref = ref
                 token = self._register(res._complete)
                 res._future = self._pool.apply_async(payload, token)
         except BaseException:
+            if res is not None:
+                res._shared_ref = None
             if ref is not None:
                 ref.release()
             raise
-        res._shared_ref = ref
         return res
 
     def apply(self, func, args=(), kwds={}, *, shared=_NO_SHARED):
