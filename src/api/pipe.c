@@ -63,6 +63,9 @@
 #define PIPE_CAPACITY 1024     /* messages per relayed direction */
 #define SLICE_MS 5             /* relayed waits, while a link may come */
 #define REJOIN_MS 50           /* a waiting end asks the rendezvous again */
+#define RELAYED_SLICE_MS 250   /* a relayed recv asks whether the other
+                                  end is gone this often */
+#define GONE_GRACE_MS 200      /* the last relayed get of a gone peer */
 #define MAX_CANDIDATES 8       /* unproven connections held at once */
 #define STEADY_NS 20000        /* sends closer than this are batched */
 #define OUT_HIGH (1u << 20)    /* unwritten bytes before a send waits */
@@ -93,6 +96,11 @@ struct fiber_pipe {
     uint64_t nonce;
     struct fb_conn link;
     int hello_in;                  /* the peer's HELLO was checked */
+    int refused;                   /* the peer's set-up frames were wrong */
+    int peer_gone;                 /* the rendezvous said the other end's
+                                      only holder ended (GONE) */
+    int drained;                   /* ... and its relayed queue is empty */
+    uint32_t peer_pid;             /* who held it, for the message */
     uint64_t sent_relayed, got_relayed;
     int64_t peer_relayed;          /* -1 until the peer's PIPE_LINK */
     int closed;                    /* this end's sending direction */
@@ -156,6 +164,13 @@ static void link_break(fiber_pipe *p, const char *fmt, const char *detail)
 static int link_error(const fiber_pipe *p)
 {
     return fb_err(FIBER_ECLOSED, "%s", p->why);
+}
+
+static int gone_error(const fiber_pipe *p)
+{
+    return fb_err(FIBER_ECLOSED, "the process holding %s (pid %u) went away "
+                  "(it ended, or freed its end of the pipe)",
+                  side_name(1 - p->side), p->peer_pid);
 }
 
 /* ==== listening and the rendezvous ======================================= */
@@ -304,6 +319,37 @@ static int dial(fiber_pipe *p, const char *addr)
     return greet(p);
 }
 
+static struct cand *listen_round(fiber_pipe *p, int wait_ms);
+static int adopt(fiber_pipe *p, struct cand *c);
+
+/* GONE: the other end's only handle went away.  A waiting end first
+ * takes a connection the other end may have dialled before it went (its
+ * HELLO, PIPE_LINK and messages are in the socket: the link is set up
+ * and read to its end); otherwise the pipe is relayed for good, and recv
+ * takes what is left on the relayed queue, then fails with FIBER_ECLOSED
+ * (send fails at once). */
+static int other_end_gone(fiber_pipe *p, const struct fb_oresult *res)
+{
+    const void *d;
+    size_t len;
+    if (res->count == 4 && fb_oresult_item(res, 3, &d, &len) == 0 &&
+        len == 4)
+        memcpy(&p->peer_pid, d, 4);
+    for (int i = 0; i < 2 * MAX_CANDIDATES && p->state == S_WAITING &&
+                    p->listen_fd >= 0;
+         i++) {
+        struct cand *c = listen_round(p, 0);
+        if (c)
+            return adopt(p, c);
+    }
+    if (p->state == S_LINKING || p->state == S_LINKED)
+        return 0;
+    stop_listening(p);
+    p->peer_gone = 1;
+    p->state = S_RELAYED;
+    return 0;
+}
+
 /* Reads JOIN's answer and acts on it. */
 static int joined(fiber_pipe *p, const struct fb_oresult *res)
 {
@@ -311,10 +357,14 @@ static int joined(fiber_pipe *p, const struct fb_oresult *res)
     size_t len;
     uint32_t verdict;
     char addr[FB_PIPE_ADDR_MAX];
-    if (res->count != 3 || fb_oresult_item(res, 0, &d, &len) != 0 ||
-        len != 4)
+    if (res->count < 3 || res->count > 4 ||
+        fb_oresult_item(res, 0, &d, &len) != 0 || len != 4)
         return fb_err(FIBER_EPROTO, "the pipe's rendezvous answered badly");
     memcpy(&verdict, d, 4);
+    if (verdict == FB_PRDV_GONE)
+        return other_end_gone(p, res);
+    if (p->state == S_RELAYED)
+        return 0; /* relayed for good; the other end is still there */
     fb_oresult_item(res, 1, &d, &len);
     if (len == 8)
         memcpy(&p->nonce, d, 8);
@@ -349,10 +399,11 @@ static int join(fiber_pipe *p)
                           {p->bound, p->listen_fd >= 0 ? strlen(p->bound)
                                                        : 0}};
     struct fb_oresult res = {0};
-    p->rejoin_ms = fb_now_ms() + REJOIN_MS;
     int rc = rdv_call(p, FB_PRDV_JOIN, items, 4, &res);
-    if (rc == 0 && p->state <= S_WAITING)
+    if (rc == 0 && (p->state <= S_WAITING || p->state == S_RELAYED))
         rc = joined(p, &res);
+    p->rejoin_ms = fb_now_ms() +
+                   (p->state == S_RELAYED ? RELAYED_SLICE_MS : REJOIN_MS);
     fb_oresult_free(&res);
     if (rc && p->state == S_FRESH)
         stop_listening(p);
@@ -463,6 +514,7 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
             return 0;
         }
         link_break(p, "the peer dialled as %s is not it: %s", why);
+        p->refused = 1;
         return FIBER_EAUTH;
     }
     uint64_t n;
@@ -470,6 +522,7 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
         fb_wire_get_pipe_link(pl, h->len, &n, why, sizeof why) != 0) {
         link_break(p, "%s sent no PIPE_LINK after its HELLO: %s",
                    h->type == FB_MSG_PIPE_LINK ? why : "another message");
+        p->refused = 1;
         return FIBER_EPROTO;
     }
     p->peer_relayed = (int64_t)n;
@@ -477,7 +530,11 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
     return 0;
 }
 
-/* Reads the link's handshake frames as far as they have come. */
+/* Reads the link's handshake frames as far as they have come.  A link
+ * that broke (our HELLO could not be written: the other end sent its
+ * HELLO, PIPE_LINK and messages, and exited before we answered) is still
+ * read: what the other end sent before it went is received, then
+ * FIBER_ECLOSED.  Only a peer whose frames were wrong is not read on. */
 static void read_control(fiber_pipe *p)
 {
     /* (Never while the flusher writes: one writer at a time.) */
@@ -488,14 +545,15 @@ static void read_control(fiber_pipe *p)
     int rc = fb_conn_read(&p->link);
     struct fb_wire_hdr h;
     const uint8_t *pl;
-    while (!p->broken && p->state == S_LINKING) {
+    while (!p->refused && p->state == S_LINKING) {
         int got = fb_conn_next(&p->link, &h, &pl);
-        if (got < 0)
+        if (got < 0) {
             link_break(p, "%s sent a bad frame while linking: %s",
                        p->link.err);
-        if (got != 1)
+            p->refused = 1;
+        }
+        if (got != 1 || control_frame(p, &h, pl) != 0)
             break;
-        control_frame(p, &h, pl);
     }
     if (p->state == S_LINKING && rc != 0 && !p->broken)
         link_break(p, "the process holding %s went away while the pipe was "
@@ -511,11 +569,17 @@ static int progress(fiber_pipe *p, int wait_ms)
         return join(p);
     if (p->state == S_WAITING) {
         struct cand *c = p->listen_fd >= 0 ? listen_round(p, wait_ms) : NULL;
-        if (c)
-            return adopt(p, c);
-        if (p->state == S_WAITING && fb_now_ms() >= p->rejoin_ms)
-            return join(p);
-        return 0;
+        if (!c) {
+            if (p->state == S_WAITING && fb_now_ms() >= p->rejoin_ms)
+                return join(p);
+            return 0;
+        }
+        int rc = adopt(p, c);
+        if (rc)
+            return rc;
+        /* What the other end sent after its HELLO is read now: if it has
+         * already gone, our answer failed to write (the link is broken)
+         * and its PIPE_LINK and messages are all there is. */
     }
     if (p->state == S_LINKING)
         read_control(p);
@@ -668,6 +732,8 @@ FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
     rc = progress(p, 0);
     if (rc == 0 && p->closed)
         rc = fb_err(FIBER_ECLOSED, "this end of the pipe was closed");
+    if (rc == 0 && p->peer_gone)
+        rc = gone_error(p);
     if (rc == 0 && p->state >= S_LINKING && p->state != S_RELAYED) {
         rc = p->broken ? link_error(p)
                        : send_direct(p, data, len, timeout_ms);
@@ -764,22 +830,48 @@ static int from_link(const fiber_pipe *p)
            p->got_relayed >= (uint64_t)p->peer_relayed;
 }
 
-/* One relayed get, at most a slice long while a link may still come;
- * mu held on entry and return. */
+/* One relayed get, at most a slice long: SLICE_MS while a link may still
+ * come, RELAYED_SLICE_MS on a relayed pipe (between two slices recv asks
+ * whether the other end is gone); mu held on entry and return. */
 static int recv_relayed(fiber_pipe *p, fiber_buf *out, int timeout_ms,
                         uint64_t deadline)
 {
-    int slice = timeout_ms;
-    if (p->state != S_RELAYED) {
-        int left = fb_ms_left(deadline);
-        slice = left >= 0 && left < SLICE_MS ? left : SLICE_MS;
-    }
+    int slice = p->state == S_RELAYED ? RELAYED_SLICE_MS : SLICE_MS;
+    int left = fb_ms_left(deadline);
+    if (timeout_ms == 0)
+        slice = 0;
+    else if (left >= 0 && left < slice)
+        slice = left;
     pthread_mutex_unlock(&p->mu);
     int rc = fiber_queue_get(p->recv, out, slice);
     pthread_mutex_lock(&p->mu);
     if (rc == 0)
         p->got_relayed++;
     return rc;
+}
+
+/* The other end will send no more (it is gone, or its link broke before
+ * it said how many messages it had relayed): what it put on the relayed
+ * queue is still taken, then FIBER_ECLOSED.  The last get waits a little
+ * (GONE_GRACE_MS), for puts still on their way to the server. */
+static int recv_after_peer(fiber_pipe *p, fiber_buf *out)
+{
+    int rc = FIBER_EAGAIN;
+    if (!p->drained) {
+        pthread_mutex_unlock(&p->mu);
+        rc = fiber_queue_get(p->recv, out, GONE_GRACE_MS);
+        pthread_mutex_lock(&p->mu);
+    }
+    if (rc == 0) {
+        p->got_relayed++;
+        return 0;
+    }
+    if (rc != FIBER_EAGAIN && rc != FIBER_ETIMEDOUT && rc != FIBER_ECLOSED)
+        return rc;
+    if (rc == FIBER_ECLOSED) /* closed by the other end: that says why */
+        return rc;
+    p->drained = 1;
+    return p->peer_gone ? gone_error(p) : link_error(p);
 }
 
 FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
@@ -802,10 +894,19 @@ FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
             rc = recv_direct(p, out, timeout_ms, deadline);
             break;
         }
-        if (p->state == S_RELAYED) {
-            pthread_mutex_unlock(&p->mu);
-            return fiber_queue_get(p->recv, out, timeout_ms);
+        if (p->state == S_LINKING && p->broken)
+            read_control(p); /* what came before the break */
+        if (from_link(p))
+            continue;
+        if (p->peer_gone || (p->state == S_LINKING && p->broken)) {
+            rc = recv_after_peer(p, out);
+            break;
         }
+        if (p->state == S_RELAYED && fb_now_ms() >= p->rejoin_ms &&
+            (rc = join(p)) != 0)
+            break;
+        if (p->peer_gone)
+            continue;
         rc = recv_relayed(p, out, timeout_ms, deadline);
         if (rc != FIBER_ETIMEDOUT && rc != FIBER_EAGAIN)
             break;

@@ -7,8 +7,11 @@
  *   JOIN      items: u32 side (0: end a, 1: end b) | u32 pid | u64 handle
  *             id | the handle's listening address.  Never parked:
  *             answers u32 verdict | u64 nonce | the address to dial
- *             (empty unless DIAL).  A handle JOINs again, with the same
- *             id, to learn whether its wait is over.
+ *             (empty unless DIAL), and with GONE a fourth item: u32
+ *             pid of the process that held the other end.  A handle
+ *             JOINs again, with the same id, to learn whether its wait
+ *             is over, or (a relayed end, while it waits in recv)
+ *             whether the other end is gone.
  *   FALLBACK  items: u32 side.  The side told to DIAL could not: the pipe
  *             stays on its relayed queues.
  */
@@ -26,6 +29,9 @@
 #define FB_PRDV_RELAYED 2 /* stay on the relayed queues (for good) */
 #define FB_PRDV_DIALED 3  /* (to a waiting handle) the other end was told
                              to dial it */
+#define FB_PRDV_GONE 4    /* the other end's only handle is gone (its
+                             process ended, or freed it): take what it put
+                             on the relayed queue, then end of stream */
 
 /* An address, with its NUL, is shorter than this. */
 #define FB_PIPE_ADDR_MAX 600

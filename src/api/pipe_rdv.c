@@ -14,6 +14,13 @@
  * end handed on before the link), or when the dialer cannot reach the
  * listener (FALLBACK).
  *
+ * The end of a side: when the connection a side JOINed on goes away (its
+ * process ended, or it freed the handle and held nothing else on this
+ * server) and that handle was the side's only one, the side is gone, and
+ * the other end's next JOIN is answered GONE: it takes what is left on
+ * its relayed queue, then reports the end of the stream, instead of
+ * waiting for an end that no process holds.
+ *
  * Threads: it runs in the object server's thread, as every kind does.
  */
 #include <stdint.h>
@@ -35,6 +42,8 @@ struct prdv_side {
     const struct fb_oconn *conn; /* the connection it joined on */
     uint32_t pid;
     uint64_t hid;
+    int several;     /* another handle of this side JOINed too */
+    int gone;        /* its only handle's connection went away */
     char addr[FB_PIPE_ADDR_MAX];
 };
 
@@ -51,6 +60,17 @@ static void answer(struct prdv *d, struct fb_oreq *req, uint32_t verdict,
                           {&d->nonce, 8},
                           {addr, addr ? strlen(addr) : 0}};
     fb_oreq_reply(req, 0, items, 3);
+}
+
+/* The other end is gone: the pipe is relayed for good, and this end is
+ * told so with the pid that held the other end. */
+static void answer_gone(struct prdv *d, struct fb_oreq *req,
+                        const struct prdv_side *other)
+{
+    uint32_t verdict = FB_PRDV_GONE, pid = other->pid;
+    fiber_iov items[4] = {{&verdict, 4}, {&d->nonce, 8}, {"", 0}, {&pid, 4}};
+    d->mode = M_RELAYED;
+    fb_oreq_reply(req, 0, items, 4);
 }
 
 /* A second handle of a side that has already joined. */
@@ -87,15 +107,28 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
         return;
     }
     memcpy(&hid, req->items[2].data, 8);
-    if (d->mode == M_RELAYED) {
-        answer(d, req, FB_PRDV_RELAYED, NULL);
+    struct prdv_side *me = &d->side[s], *other = &d->side[1 - s];
+    if (me->joined && me->hid != hid) {
+        me->several = 1; /* the side is no longer one handle's */
+        me->gone = 0;
+    }
+    if (other->gone || d->mode == M_RELAYED) {
+        if (!me->joined) {
+            me->joined = 1;
+            me->pid = pid;
+            me->hid = hid;
+            me->conn = req->conn;
+        }
+        if (other->gone)
+            answer_gone(d, req, other);
+        else
+            answer(d, req, FB_PRDV_RELAYED, NULL);
         return;
     }
-    if (d->side[s].joined) {
+    if (me->joined) {
         join_again(d, req, s, hid);
         return;
     }
-    struct prdv_side *me = &d->side[s], *other = &d->side[1 - s];
     me->joined = 1;
     me->pid = pid;
     me->hid = hid;
@@ -131,7 +164,8 @@ static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
 }
 
 /* A process that joined and was killed while it waited cannot remove its
- * socket (which would keep the run directory from being removed). */
+ * socket (which would keep the run directory from being removed).  A
+ * side whose only handle this was is gone. */
 static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
 {
     struct prdv *d = o->state;
@@ -139,7 +173,10 @@ static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
         if (d->side[s].conn == c) {
             if (d->side[s].addr[0])
                 fb_rdv_unlink_sock(o->srv, d->side[s].addr, "pipe");
+            d->side[s].addr[0] = '\0';
             d->side[s].conn = NULL;
+            if (!d->side[s].several)
+                d->side[s].gone = 1;
         }
 }
 
