@@ -202,6 +202,26 @@ static int init_common(int *argc, char ***argv)
     return 0;
 }
 
+int fb_rt_client_setup(void)
+{
+    fb_rt_lock();
+    if (rt.initialized || rt.client) {
+        fb_rt_unlock();
+        return 0;
+    }
+    int rc = sodium_init() < 0
+                 ? fb_err(FIBER_ESYS, "libsodium failed to initialise")
+                 : 0;
+    if (rc == 0)
+        rc = load_config(&rt.cfg, 1);
+    if (rc == 0)
+        rc = fb_build_id(rt.build_id, sizeof rt.build_id);
+    if (rc == 0)
+        rt.client = 1;
+    fb_rt_unlock();
+    return rc ? rc : 1;
+}
+
 int fb_rt_init(int *argc, char ***argv)
 {
     fb_err_clear();
