@@ -128,6 +128,7 @@ class Connection:
         self._writable = writable
         self._peeked = None
         self._closed = False
+        self._handed_on = False   # pickled: other processes hold copies
         _runtime.used = True
 
     @property
@@ -223,13 +224,24 @@ class Connection:
             raise
 
     def close(self):
+        """Closes this copy of the end.  As with multiprocessing, the other
+        end reads EOF once no process holds this end any more: closing an
+        end that was never handed on says so at once (its sending
+        direction is closed after what was sent); closing the master's
+        copy of an end it handed to a child (the usual
+        ``p.start(); child_end.close()``) only lets this copy go, and the
+        child's copy carries on (its end comes when the child closes it or
+        ends)."""
         if not self._closed:
             self._closed = True
-            if self._writable and _runtime.forked_from is None:
+            if _runtime.forked_from is not None:
+                return     # the parent's handle: left alone (queue.c)
+            if self._writable and not self._handed_on:
                 try:
                     self._p.close()
                 except _fiber.FiberError:
                     pass
+            self._p = None   # the handle is freed
 
     def fileno(self):
         raise OSError("a fiber pipe end has no file descriptor")
@@ -243,6 +255,7 @@ class Connection:
     def __reduce__(self):
         if self._closed:
             raise OSError("cannot pickle a closed connection")
+        self._handed_on = True
         return (_rebuild_connection, (self._p.serialize(), self._readable,
                                       self._writable))
 

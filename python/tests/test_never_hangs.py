@@ -282,6 +282,48 @@ if __name__ == "__main__":
 ''', timeout=120))
 
 
+def test_closing_the_masters_copy_of_a_childs_end(script):
+    """multiprocessing's idiom: the parent closes its copy of the end it
+    handed to the child; the child's copy carries on, and the parent reads
+    EOF when the child closes it or ends, even one that never used it
+    (closing the master's copy closed the child's sending direction
+    before: recv raised EOFError at once, the message lost)."""
+    ok(script('''
+import fiber
+
+def talk(conn):
+    conn.send("hi")
+    conn.close()
+
+def ignore(conn):
+    pass
+
+if __name__ == "__main__":
+    a, b = fiber.Pipe()
+    p = fiber.Process(target=talk, args=(b,))
+    p.start()
+    b.close()
+    assert a.recv() == "hi"
+    try:
+        a.recv()
+        raise SystemExit("recv returned")
+    except EOFError:
+        pass
+    p.join(60)
+    a, b = fiber.Pipe()
+    p = fiber.Process(target=ignore, args=(b,))
+    p.start()
+    b.close()
+    try:
+        a.recv()            # the child ends without a word
+        raise SystemExit("recv returned")
+    except EOFError:
+        pass
+    p.join(60)
+    print("OK")
+''', timeout=120))
+
+
 @local_only
 def test_manager_dying_fails_proxy_calls_and_its_queue(script):
     ok(script('''

@@ -977,6 +977,19 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
     return rc ? rc : fiber_buf_append(out, tail, sizeof tail);
 }
 
+/* Tells the rendezvous that this process holds p's side (HOLD), so that
+ * the side is gone if the process ends before using it.  A failure only
+ * costs that. */
+static void hold(fiber_pipe *p)
+{
+    uint32_t side = (uint32_t)p->side, pid = (uint32_t)getpid();
+    fiber_iov items[3] = {{&side, 4}, {&pid, 4}, {&p->hid, 8}};
+    pthread_mutex_lock(&p->mu);
+    if (rdv_call(p, FB_PRDV_HOLD, items, 3, NULL) != 0)
+        fb_log_debug("pipe: HOLD failed: %s", fiber_last_error());
+    pthread_mutex_unlock(&p->mu);
+}
+
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len)
 {
     char addr[FB_PIPE_ADDR_MAX];
@@ -1002,8 +1015,10 @@ FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len)
     if (rc) {
         fiber_queue_free(s);
         fiber_queue_free(r);
+        return rc;
     }
-    return rc;
+    hold(*out);
+    return 0;
 }
 
 static unsigned long pipe_seq;

@@ -14,6 +14,10 @@
  *             whether the other end is gone.
  *   FALLBACK  items: u32 side.  The side told to DIAL could not: the pipe
  *             stays on its relayed queues.
+ *   HOLD      items: u32 side | u32 pid | u64 handle id.  A handle opened
+ *             from its serialised form says which process holds the side
+ *             before it is used (so that the side is gone when that
+ *             process ends without using it).  Answers nothing.
  */
 #ifndef FB_PIPE_OPS_H
 #define FB_PIPE_OPS_H
@@ -22,6 +26,7 @@
 
 #define FB_PRDV_JOIN (FB_OP_KIND + 0)
 #define FB_PRDV_FALLBACK (FB_OP_KIND + 1)
+#define FB_PRDV_HOLD (FB_OP_KIND + 2)
 
 /* JOIN's verdicts. */
 #define FB_PRDV_WAIT 0    /* listen: the other end will dial this one */

@@ -14,9 +14,11 @@
  * end handed on before the link), or when the dialer cannot reach the
  * listener (FALLBACK).
  *
- * The end of a side: when the connection a side JOINed on goes away (its
+ * The end of a side: a side's holder is the handle that JOINed it or
+ * opened it (HOLD; the master's handles from fiber_pipe_create hold
+ * nothing until used).  When the holder's connection goes away (its
  * process ended, or it freed the handle and held nothing else on this
- * server) and that handle was the side's only one, the side is gone, and
+ * server) and no other handle of that side was seen, the side is gone, and
  * the other end's next JOIN is answered GONE: it takes what is left on
  * its relayed queue, then reports the end of the stream, instead of
  * waiting for an end that no process holds.
@@ -42,8 +44,11 @@ struct prdv_side {
     const struct fb_oconn *conn; /* the connection it joined on */
     uint32_t pid;
     uint64_t hid;
-    int several;     /* another handle of this side JOINed too */
-    int gone;        /* its only handle's connection went away */
+    uint64_t holder; /* the handle that holds the side (JOIN or HOLD) */
+    const struct fb_oconn *holder_conn;
+    uint32_t holder_pid;
+    int several;     /* another handle of this side was seen too */
+    int gone;        /* its only holder's connection went away */
     char addr[FB_PIPE_ADDR_MAX];
 };
 
@@ -67,7 +72,7 @@ static void answer(struct prdv *d, struct fb_oreq *req, uint32_t verdict,
 static void answer_gone(struct prdv *d, struct fb_oreq *req,
                         const struct prdv_side *other)
 {
-    uint32_t verdict = FB_PRDV_GONE, pid = other->pid;
+    uint32_t verdict = FB_PRDV_GONE, pid = other->holder_pid;
     fiber_iov items[4] = {{&verdict, 4}, {&d->nonce, 8}, {"", 0}, {&pid, 4}};
     d->mode = M_RELAYED;
     fb_oreq_reply(req, 0, items, 4);
@@ -95,6 +100,20 @@ static void join_again(struct prdv *d, struct fb_oreq *req, uint32_t s,
     answer(d, req, FB_PRDV_RELAYED, NULL);
 }
 
+/* Notes that handle hid of side me is held by the process on conn. */
+static void note_holder(struct prdv_side *me, uint64_t hid, uint32_t pid,
+                        const struct fb_oconn *conn)
+{
+    if (me->holder && me->holder != hid) {
+        me->several = 1; /* the side is no longer one handle's */
+        me->gone = 0;
+        return;
+    }
+    me->holder = hid;
+    me->holder_pid = pid;
+    me->holder_conn = conn;
+}
+
 static void prdv_join(struct prdv *d, struct fb_oreq *req)
 {
     uint32_t s = 2, pid = 0;
@@ -108,10 +127,7 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
     }
     memcpy(&hid, req->items[2].data, 8);
     struct prdv_side *me = &d->side[s], *other = &d->side[1 - s];
-    if (me->joined && me->hid != hid) {
-        me->several = 1; /* the side is no longer one handle's */
-        me->gone = 0;
-    }
+    note_holder(me, hid, pid, req->conn);
     if (other->gone || d->mode == M_RELAYED) {
         if (!me->joined) {
             me->joined = 1;
@@ -146,11 +162,28 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
     }
 }
 
+static void prdv_hold(struct prdv *d, struct fb_oreq *req)
+{
+    uint32_t s = 2, pid = 0;
+    uint64_t hid;
+    if (req->count != 3 || fb_item_u32(req, 0, &s) != 0 || s > 1 ||
+        fb_item_u32(req, 1, &pid) != 0 || req->items[2].len != 8) {
+        fb_oreq_fail(req, FIBER_EINVAL, "HOLD wants a side (0 or 1), a pid "
+                                        "and a handle id");
+        return;
+    }
+    memcpy(&hid, req->items[2].data, 8);
+    note_holder(&d->side[s], hid, pid, req->conn);
+    fb_oreq_reply(req, 0, NULL, 0);
+}
+
 static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
 {
     struct prdv *d = o->state;
     if (req->op == FB_PRDV_JOIN)
         prdv_join(d, req);
+    else if (req->op == FB_PRDV_HOLD)
+        prdv_hold(d, req);
     else if (req->op == FB_PRDV_FALLBACK) {
         if (d->mode != M_RELAYED)
             fb_log_info("pipe: the ends could not connect directly; the "
@@ -175,6 +208,10 @@ static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
                 fb_rdv_unlink_sock(o->srv, d->side[s].addr, "pipe");
             d->side[s].addr[0] = '\0';
             d->side[s].conn = NULL;
+        }
+    for (int s = 0; s < 2; s++)
+        if (d->side[s].holder_conn == c) {
+            d->side[s].holder_conn = NULL;
             if (!d->side[s].several)
                 d->side[s].gone = 1;
         }

@@ -135,6 +135,17 @@ FIBER_TASK(send_and_die)
     return 102;
 }
 
+/* Opens its end and exits without using it. */
+FIBER_TASK(hold_and_go)
+{
+    struct job j;
+    fiber_pipe *p;
+    if (open_job(arg, len, &p, &j) != 0)
+        return 100;
+    fiber_pipe_free(p);
+    return 0;
+}
+
 static struct job job_for(fiber_pipe *end, int count)
 {
     struct job j = {.count = count};
@@ -362,6 +373,25 @@ TEST(a_peer_gone_before_the_other_end_was_used_ends_the_stream)
         fiber_buf_free(&got);
         fiber_pipe_free(a);
     }
+}
+
+/* A child that opened its end and ended without using it: the master's
+ * recv, already waiting, fails with FIBER_ECLOSED instead of waiting for
+ * an end no process holds (the open said HOLD to the rendezvous). */
+TEST(a_peer_that_never_used_its_end_ends_the_stream)
+{
+    fiber_pipe *a, *b;
+    CHECK_OK(fiber_pipe_create(&a, &b, 1));
+    fiber_buf got = {0};
+    CHECK_ERR(fiber_pipe_recv(a, &got, 0), FIBER_EAGAIN); /* a waits */
+    struct job j = job_for(b, 0);
+    fiber_pipe_free(b);
+    fiber_process *p = start("hold_and_go", &j);
+    CHECK_ERR(fiber_pipe_recv(a, &got, 60000), FIBER_ECLOSED);
+    CHECK_CONTAINS(fiber_last_error(), "went away");
+    CHECK_EQ(finish(p), 0);
+    fiber_buf_free(&got);
+    fiber_pipe_free(a);
 }
 
 /* Waits until the peer on fd closed its side; 1 when it did. */
