@@ -58,6 +58,7 @@
 #include "core/spin.h"
 #include "core/thread.h"
 #include "net/gate.h"
+#include "net/secure.h"
 
 #define PIPE_MAGIC 0x50495045u /* "PIPE" */
 #define PIPE_CAPACITY 1024     /* messages per relayed direction */
@@ -71,7 +72,12 @@
 #define OUT_HIGH (1u << 20)    /* unwritten bytes before a send waits */
 #define SPIN_US 50             /* the longest spin of a recv on the link */
 
-enum { S_FRESH, S_WAITING, S_LINKING, S_LINKED, S_RELAYED };
+/* S_DIALING: connected to the waiting end over an encrypted link whose
+ * handshake needs that end's key, which it sends only when its process
+ * next uses the pipe: until then this end sends on its relayed queue, and
+ * its HELLO and PIPE_LINK wait, so a send never waits for the other
+ * process to call in. */
+enum { S_FRESH, S_WAITING, S_DIALING, S_LINKING, S_LINKED, S_RELAYED };
 
 struct cand {
     struct fb_conn conn;
@@ -91,6 +97,7 @@ struct fiber_pipe {
     int state;
     int listen_fd;
     char bound[FB_PIPE_ADDR_MAX];
+    char dialed[FB_PIPE_ADDR_MAX]; /* the waiting end's address */
     struct fb_gate gate;
     uint64_t rejoin_ms;
     uint64_t nonce;
@@ -316,7 +323,26 @@ static int dial(fiber_pipe *p, const char *addr)
         fall_back(p, addr, text);
         return 0;
     }
+    if (p->link.sec && !fb_sec_established(&p->link)) {
+        fb_strlcpy(p->dialed, addr, sizeof p->dialed);
+        p->state = S_DIALING;
+        return 0;
+    }
     return greet(p);
+}
+
+/* An encrypted dial's handshake: greets once the waiting end's key has
+ * come; falls back to the relayed queues if the link failed. */
+static int dial_progress(fiber_pipe *p)
+{
+    int r = fb_conn_read(&p->link);
+    if (fb_sec_established(&p->link) && !fb_sec_failed(&p->link))
+        return greet(p);
+    if (r != 0 || fb_sec_failed(&p->link)) {
+        fall_back(p, p->dialed, p->link.err[0] ? p->link.err
+                                               : "the link failed");
+    }
+    return 0;
 }
 
 static struct cand *listen_round(fiber_pipe *p, int wait_ms);
@@ -581,6 +607,8 @@ static int progress(fiber_pipe *p, int wait_ms)
          * already gone, our answer failed to write (the link is broken)
          * and its PIPE_LINK and messages are all there is. */
     }
+    if (p->state == S_DIALING)
+        return dial_progress(p);
     if (p->state == S_LINKING)
         read_control(p);
     return 0;
@@ -961,7 +989,7 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
     if (!out)
         return fb_err(FIBER_EINVAL, "fiber_pipe_serialize: out is NULL");
     pthread_mutex_lock(&p->mu);
-    int linked = p->state == S_LINKING || p->state == S_LINKED;
+    int linked = p->state >= S_DIALING && p->state <= S_LINKED;
     pthread_mutex_unlock(&p->mu);
     if (linked)
         return fb_err(FIBER_ESTATE,
