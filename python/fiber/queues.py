@@ -42,7 +42,7 @@ class Queue:
         self._closed = False
         _runtime.used = True
 
-    def _handle(self, what):
+    def _usable(self, what):
         if _runtime.forked_from is not None:
             _runtime.check_not_forked("Queue.%s()" % what)
         if self._closed:
@@ -50,7 +50,7 @@ class Queue:
         return self._q
 
     def put(self, obj, block=True, timeout=None):
-        q = self._handle("put")
+        q = self._usable("put")
         data = _dumps(obj)
         try:
             q.put(data, _ms(block, timeout))
@@ -60,7 +60,7 @@ class Queue:
             raise
 
     def get(self, block=True, timeout=None):
-        q = self._handle("get")
+        q = self._usable("get")
         try:
             data = q.get(_ms(block, timeout))
         except _fiber.FiberError as e:
