@@ -1,7 +1,8 @@
 # es_reference.sh -- sourced by tests/slurm/es_requeue.sh and
 # tests/k8s/es_requeue.sh.  es_reference FILE: the uninterrupted run that
 # a stopped and resumed one must match, on the local backend ("$ES"
-# $common --checkpoint FILE; its output in FILE.out); it must end with
+# $common --checkpoint FILE, $common holding --iters $N; its output in
+# FILE.out); it must end with
 # status 1 after its $N iterations, else fail (the caller's) says why.
 es_reference() {
     _status=0

@@ -44,6 +44,10 @@ struct cli {
     int hidden, noise_log2, selftest, have_target, have_env;
     const char *resume;
     int resume_own; /* --resume without a file: --checkpoint's, if any */
+    /* --after-resumes R:M: --iters is ignored until the run has been
+     * resumed R times; the R-th (or a later) resume then ends M iterations
+     * after the iteration it resumed from.  0:0 when not given. */
+    int after_resumes, after_iters;
 };
 
 /* What the stop callback saves: the state es_train updates, under mu. */
@@ -89,7 +93,8 @@ static void usage(FILE *f)
         "[--target R]\n"
         "          [--checkpoint FILE] [--checkpoint-every K] "
         "[--resume [FILE]]\n"
-        "          [--log FILE] [--selftest] [--help]\n"
+        "          [--after-resumes R:M] [--log FILE] [--selftest] "
+        "[--help]\n"
         "Evolution strategies (Salimans et al. 2017) on a fiber pool: "
         "mirrored\nperturbations from a shared noise table, centered "
         "ranks, Adam with L2\nweight decay, an MLP policy with observation "
@@ -112,6 +117,13 @@ static void usage(FILE *f)
         "                       and when the cluster asks it to stop "
         "(exit 3)\n"
         "  --checkpoint-every K (default 1)\n"
+        "  --after-resumes R:M  ignore --iters until the run has been "
+        "resumed R\n"
+        "                       times, then end M iterations after the "
+        "resumed one\n"
+        "                       (how the requeue tests end at the same "
+        "point on a\n"
+        "                       fast and a slow machine)\n"
         "  --resume FILE        continue a saved run\n"
         "  --resume             continue from --checkpoint's FILE if it "
         "exists\n"
@@ -172,6 +184,21 @@ static int parse_double(const char *flag, const char *text, double lo,
     return 0;
 }
 
+/* --after-resumes R:M, R >= 1 and M >= 0. */
+static int parse_after_resumes(const char *v, struct cli *c)
+{
+    int r, m, used = 0;
+    if (sscanf(v, "%d:%d%n", &r, &m, &used) != 2 || v[used] != '\0' ||
+        r < 1 || r > 1000 || m < 0 || m > (1 << 30)) {
+        fprintf(stderr, "es: --after-resumes wants R:M with R in 1..1000 "
+                "and M >= 0, not '%s'\n", v);
+        return -1;
+    }
+    c->after_resumes = r;
+    c->after_iters = m;
+    return 0;
+}
+
 /* Parses one option with a value.  Returns 0, or -1 for a bad value or
  * an unknown option. */
 static int parse_value(struct cli *c, const char *f, const char *v)
@@ -213,6 +240,8 @@ static int parse_value(struct cli *c, const char *f, const char *v)
         return parse_int(f, v, 10, 28, &c->noise_log2);
     if (strcmp(f, "--checkpoint-every") == 0)
         return parse_int(f, v, 1, 1 << 30, &o->checkpoint_every);
+    if (strcmp(f, "--after-resumes") == 0)
+        return parse_after_resumes(v, c);
     if (strcmp(f, "--checkpoint") == 0)
         o->checkpoint = v;
     else if (strcmp(f, "--resume") == 0)
@@ -319,6 +348,23 @@ static int make_state(struct cli *c, struct es_state *st)
     return 0;
 }
 
+/* --after-resumes: no bound before the R-th resume, then M iterations
+ * past the resumed one.  A run that resumed without a checkpoint (none
+ * saved yet) counts from 0. */
+static void apply_after_resumes(struct cli *c, const struct es_state *st)
+{
+    if (c->after_resumes <= 0)
+        return;
+    if (fiber_resumed() < c->after_resumes) {
+        c->o.iters = 1 << 30;
+        return;
+    }
+    uint64_t end = st->iteration + (uint64_t)c->after_iters;
+    c->o.iters = end > (1u << 30) ? 1 << 30 : (int)end;
+    printf("resume %d of %d: ending after iteration %d\n", fiber_resumed(),
+           c->after_resumes, c->o.iters);
+}
+
 static int workers_shown(int w)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -345,6 +391,7 @@ static int train(struct cli *c)
     char err[512];
     if (make_state(c, &st) != 0)
         return 1;
+    apply_after_resumes(c, &st);
     if (!es_env_context(es_env_id(st.env), err, sizeof err)) {
         fprintf(stderr, "es: %s\n", err);
         es_state_free(&st);
@@ -426,5 +473,10 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     if (c.selftest)
         return es_selftest();
+    if (c.after_resumes > 0 && !c.o.checkpoint) {
+        fprintf(stderr, "es: --after-resumes needs --checkpoint (a run "
+                "resumes from it)\n");
+        return 2;
+    }
     return train(&c);
 }

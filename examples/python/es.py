@@ -379,7 +379,7 @@ def run_loop(args, cfg, trainer, pool, elapsed0, guard=None):
                 guard.rng_state = copy.deepcopy(trainer.rng.bit_generator.state)
         tasks = trainer.tasks(evaluate)
         t = time.time()
-        results = pool.map(es_worker.run_task, tasks, chunksize=1)
+        results = es_pools.map_tasks(args.pool, pool, es_worker.run_task, tasks)
         dt = max(time.time() - t, 1e-9)
         with lock:
             rec = trainer.update(results)

@@ -91,6 +91,31 @@ def make_pool(kind, workers, initializer, initargs=()):
     raise PoolError("unknown pool %r: choose one of %s" % (kind, ", ".join(KINDS)))
 
 
+def map_tasks(kind, pool, fn, tasks):
+    """pool.map(fn, tasks, chunksize=1).  On fiber, each policy array the
+    tasks carry (a task is (kind, body) with the parameters at body[2])
+    goes into the object store once (fiber.put) and the tasks carry its
+    ref instead, so a worker receives the policy once per iteration, not
+    once per task; released when the map is over (docs/python.md, "Shared
+    objects").  es_worker resolves the ref.  Other pools get the arrays."""
+    if kind != "fiber":
+        return pool.map(fn, tasks, chunksize=1)
+    import fiber
+    refs = {}
+    shared = []
+    try:
+        for what, body in tasks:
+            theta = body[2]
+            ref = refs.get(id(theta))
+            if ref is None:
+                ref = refs[id(theta)] = fiber.put(theta)
+            shared.append((what, body[:2] + (ref,) + body[3:]))
+        return pool.map(fn, shared, chunksize=1)
+    finally:
+        for ref in refs.values():
+            ref.release()
+
+
 def close_pool(kind, pool):
     """Closes the pool and waits for its workers (and Ray, when it made it)."""
     pool.close()

@@ -208,6 +208,13 @@ def rollout(env, policy, params, mean, std, seed, collect):
     return total, steps, o.sum(axis=0), np.square(o).sum(axis=0)
 
 
+def _params(theta):
+    """The policy's parameters: the array itself, or (on fiber) the
+    ObjectRef it was put under, resolved once per worker and iteration."""
+    get = getattr(theta, "get", None)
+    return get() if get is not None and not isinstance(theta, np.ndarray) else theta
+
+
 def train_task(task):
     """Evaluates mirrored pairs: task = (env_name, policy_spec, theta,
     mean, std, sigma, pairs) with pairs a list of (noise_offset, seed).
@@ -215,6 +222,7 @@ def train_task(task):
     per pair, in order: (return+, return-, length+, length-, obs_sum,
     obs_sumsq), the sums over both episodes."""
     env_name, spec, theta, mean, std, sigma, pairs = task
+    theta = _params(theta)
     policy = Policy.from_spec(spec)
     dim = policy.num_params
     out = []
@@ -233,6 +241,7 @@ def eval_task(task):
     theta, mean, std, seeds).  Returns [(return, length)] in seed order;
     observation statistics are not collected."""
     env_name, spec, theta, mean, std, seeds = task
+    theta = _params(theta)
     policy = Policy.from_spec(spec)
     return [rollout(episode_env(env_name), policy, theta, mean, std, s, False)[:2]
             for s in seeds]

@@ -38,6 +38,7 @@ if HERE not in sys.path:
 import numpy as np  # noqa: E402
 
 import es  # noqa: E402
+import es_pools  # noqa: E402
 import es_train  # noqa: E402
 import es_worker  # noqa: E402
 
@@ -209,7 +210,7 @@ class Master:
             (batch if msg[0] == "eval" else others).append(msg)
         tasks = [t for m in batch for t in m[2]]
         t = time.time()
-        results = self.pool.map(es_worker.run_task, tasks, chunksize=1)
+        results = es_pools.map_tasks(self.args.pool, self.pool, es_worker.run_task, tasks)
         self.map_seconds += time.time() - t
         self.maps += 1
         self.requests += len(batch)

@@ -26,6 +26,7 @@ from ._fiber import (ClosedError, ConfigError, FiberError, FiberTimeoutError,
                      NoTaskError, TaskCrashedError)
 from .managers import AsyncManager, BaseManager, Manager, SyncManager
 from .meta import meta
+from .objects import ObjectRef, get, put
 from .pool import AsyncResult, Pool, TimeoutError
 from .process import Process, active_children, current_process
 from .queues import Pipe, Queue, SimpleQueue
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigError", "FiberTimeoutError", "TaskCrashedError", "ClosedError",
     "NoTaskError", "PicklingError", "RemoteError", "TimeoutError",
     "run_id", "is_master", "on_stop_requested", "stop_requested", "resumed",
+    "put", "get", "ObjectRef",
 ]
 
 
@@ -111,3 +113,46 @@ def resumed():
         return 0
     _runtime.ensure()
     return _fiber.resumed()
+
+
+# ---- multiprocessing's public API (fiber.context) ------------------------
+# Every name of multiprocessing.__all__ (docs/python.md, "multiprocessing's
+# names in fiber"): sync objects and shared ctypes served by the run's
+# default manager (fiber._shared), the context and start-method calls,
+# and multiprocessing's exceptions.
+from .context import (AuthenticationError, BufferTooShort, ProcessError,
+                      allow_connection_pickling, freeze_support,
+                      get_all_start_methods, get_context, get_logger,
+                      get_start_method, log_to_stderr, parent_process,
+                      reducer, set_executable, set_forkserver_preload,
+                      set_start_method)
+from .context import (Array, Barrier, BoundedSemaphore, Condition, Event,
+                      JoinableQueue, Lock, RLock, RawArray, RawValue,
+                      Semaphore, Value)
+
+__all__ += [
+    "Lock", "RLock", "Semaphore", "BoundedSemaphore", "Event", "Condition",
+    "Barrier", "Value", "Array", "RawValue", "RawArray", "JoinableQueue",
+    "get_context", "set_start_method", "get_start_method",
+    "get_all_start_methods", "freeze_support", "parent_process",
+    "get_logger", "log_to_stderr", "ProcessError", "AuthenticationError",
+    "BufferTooShort", "allow_connection_pickling", "reducer",
+    "set_executable", "set_forkserver_preload",
+]
+
+# ---- Uber Fiber's names (its modules and configuration) ------------------
+# fiber.config is Fiber's configuration module over fiber's live
+# configuration; fiber.reset() is Fiber's: what code set goes back to the
+# file's and the environment's values (docs/python.md, "Moving over from
+# Uber's Fiber").
+from . import config  # noqa: E402
+
+
+def reset():
+    """Uber Fiber's fiber.reset(): every key set by code (fiber.init,
+    fiber.config) goes back to its value from .fiberconfig, the FIBER_*
+    variables and the defaults."""
+    config.reset()
+
+
+__all__ += ["config", "reset"]

@@ -52,6 +52,8 @@ def _import_main():
 def main():
     from . import _runtime, _worker
     _runtime.child_mode = True
+    # Not a configuration key: taken out before fiber_init() reads FIBER_*.
+    _runtime.master_pid = os.environ.pop("FIBER_PY_MASTER_PID", None)
     name = os.environ.get("FIBER_BOOT_NAME", "job")
     _worker.name = name
     if os.environ.get("FIBER_BOOT_ADDR") is None:

@@ -34,6 +34,7 @@ PROC = 4    # func: a Process object            -> its run(); an exit code
 CHUNK = 5   # body: list of items (flags STAR)  -> [func(item) ...]
 
 F_STAR = 1
+F_RETRY = 2  # Pool(error_handling=True): a task that raises ends its worker
 
 OK = 0
 ERROR = 1
@@ -117,9 +118,9 @@ def task(kind, func_bytes, body_obj, func_name="?", flags=0):
     return b"".join((head, func_bytes, body, _pack_bufs(bufs)))
 
 
-def call(kind, func, args, kwargs):
+def call(kind, func, args, kwargs, flags=0):
     return task(kind, dumps_callable(func), (tuple(args), dict(kwargs)),
-                _name(func))
+                _name(func), flags)
 
 
 def parse_task(view):

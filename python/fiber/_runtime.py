@@ -19,6 +19,8 @@ _lock = threading.RLock()
 _started = False
 child_mode = False     # set by fiber._bootstrap in a job
 _shutdown_hooks = []   # callables run before fiber_shutdown() at exit
+_executable = None     # set_executable(): the interpreter jobs run
+master_pid = None      # in a job: the master's pid (parent_process())
 used = False           # this process started fiber or opened a handle
 forked_from = None     # the pid this process was fork()ed from, if that
                        # process had used fiber (its handles are not ours)
@@ -77,16 +79,17 @@ def job_environment():
            "PYTHONPATH": os.pathsep.join(
                [here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.update(_main_info())
+    env["FIBER_PY_MASTER_PID"] = str(os.getpid())  # parent_process().pid
     return env
 
 
 def configure(config):
-    """Sets configuration keys (before or after init); an unknown key or a
-    bad value raises fiber.ConfigError naming it."""
+    """Sets configuration keys (before or after init): fiber's, or Uber
+    Fiber's mapped onto them (fiber/config.py); an unknown key or a bad
+    value raises fiber.ConfigError naming it."""
+    from . import config as fiber_config  # fiber's keys and Fiber's
     for key, value in config.items():
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        _fiber.config_set(str(key), str(value))
+        fiber_config.set(str(key), value)
 
 
 def ensure(config=None):
@@ -103,11 +106,37 @@ def ensure(config=None):
         if _started:
             return
         env = ["%s=%s" % kv for kv in job_environment().items()]
-        _fiber.job_command_set([os.path.abspath(sys.executable), "-m",
-                                "fiber._bootstrap"], env)
+        _fiber.job_command_set(_job_argv(), env)
         _fiber.init(sys.argv[0] if sys.argv and sys.argv[0] else "python")
         _started = True
         atexit.register(_at_exit)
+
+
+def _job_argv():
+    return [os.path.abspath(_executable or sys.executable), "-m",
+            "fiber._bootstrap"]
+
+
+def set_executable(path):
+    """multiprocessing.set_executable: the interpreter every job runs.
+    Only in the master, before its first job starts (fiber_job_command_set
+    refuses later: FIBER_ESTATE)."""
+    global _executable
+    if child_mode:
+        raise RuntimeError("set_executable() is for the master")
+    path = os.fsdecode(path)
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        raise ValueError("set_executable: %r is not an executable file"
+                         % path)
+    with _lock:
+        old, _executable = _executable, path
+        if _started:
+            env = ["%s=%s" % kv for kv in job_environment().items()]
+            try:
+                _fiber.job_command_set(_job_argv(), env)
+            except Exception:
+                _executable = old
+                raise
 
 
 def require_master(what):

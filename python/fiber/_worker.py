@@ -5,6 +5,7 @@ valid during the call) and ``run_method`` for each method call on a Python
 object that a manager hosts.  Both run on the job's own threads with the
 GIL held.
 """
+import os
 import pickle
 import sys
 import traceback
@@ -65,7 +66,8 @@ def _unloadable_process(e):
     """A Process whose target (or the Process object) does not unpickle
     here: says why on the job's stderr, as a multiprocessing child prints
     its traceback, and exits with 1 (the message also travels to the
-    master, which logs it)."""
+    master in the job's EXIT).  On the local backend the job's stderr is
+    the master's; elsewhere it is in the job's log (fiber logs RUN)."""
     hint = ""
     if "__mp_main__" in str(e) or "__main__" in str(e):
         hint = (" (a target defined only under `if __name__ == "
@@ -81,6 +83,22 @@ def _unloadable_process(e):
         pass
     _flush()
     return text
+
+
+def _end_for_retry(name):
+    """Pool(error_handling=True), Uber Fiber's resilient pool: a task that
+    raises ends its worker, as it did in Fiber, so that the C pool sends
+    the task to another worker (up to the pool's max_task_crashes) and
+    starts a replacement.  The traceback goes to the job's log."""
+    sys.stderr.write("task %s raised (Pool(error_handling=True)): ending "
+                     "this worker so that the task runs again elsewhere\n"
+                     % name)
+    traceback.print_exc()
+    _flush()
+    os._exit(_RETRY_EXIT)
+
+
+_RETRY_EXIT = 1
 
 
 def run_task(view):
@@ -122,6 +140,8 @@ def run_task(view):
             _flush()
             return "the pool's initializer %s raised %s: %s\n%s" % (
                 name, type(e).__name__, e, traceback.format_exc())
+        if flags & env.F_RETRY:
+            _end_for_retry(name)
         return env.answer_error(e, traceback.format_exc())
     if kind == env.INIT:
         return b""

@@ -33,6 +33,42 @@ def _ms(blocking, timeout):
 
 # ---- proxies of Python objects -------------------------------------------
 
+class _LazyMobj:
+    """The handle of a proxy rebuilt from its pickle: it connects to the
+    object's manager at its first call, not when it is unpickled.
+
+    A proxy stored inside another managed object (a manager list holding
+    a manager dict, as in multiprocessing's docs) is unpickled by the
+    manager that hosts both, while that manager runs the call that stores
+    it; connecting then would wait for the manager itself, which is busy
+    with that very call (it timed out after connect_timeout_ms).  Stored,
+    listed and returned again, such a proxy never connects; it does in the
+    process that calls it.  (A method running in the manager that calls a
+    proxy of the same manager still cannot be answered while it runs.)"""
+
+    __slots__ = ("_ser", "_handle", "_lock")
+
+    def __init__(self, ser):
+        self._ser = bytes(ser)
+        self._handle = None
+        self._lock = threading.Lock()
+
+    def _open(self):
+        handle = self._handle
+        if handle is None:
+            with self._lock:
+                if self._handle is None:
+                    self._handle = _fiber.Mobj.open(self._ser)
+                handle = self._handle
+        return handle
+
+    def op(self, *args):
+        return self._open().op(*args)
+
+    def serialize(self):
+        return self._ser
+
+
 class AsyncProxyResult:
     """What an AsyncManager proxy's call returns: get() waits for it."""
 
@@ -88,11 +124,11 @@ class BaseProxy:
 
 
 def _rebuild_proxy(cls, ser, exposed, asynchronous):
-    return cls(_fiber.Mobj.open(ser), exposed, asynchronous)
+    return cls(_LazyMobj(ser), exposed, asynchronous)
 
 
 def _rebuild_auto(name, ser, exposed, asynchronous):
-    return MakeProxyType(name, exposed)(_fiber.Mobj.open(ser), exposed,
+    return MakeProxyType(name, exposed)(_LazyMobj(ser), exposed,
                                         asynchronous)
 
 
@@ -249,7 +285,7 @@ class _Native:
 
 def _rebuild_native(cls, ser, extra):
     obj = cls.__new__(cls)
-    _Native.__init__(obj, _fiber.Mobj.open(ser))
+    _Native.__init__(obj, _LazyMobj(ser))
     obj._restore(extra)
     return obj
 
@@ -340,7 +376,7 @@ class BoundedSemaphoreProxy(SemaphoreProxy):
         return self._count._mobj.serialize()
 
     def _restore(self, extra):
-        self._count = BaseProxy(_fiber.Mobj.open(extra))
+        self._count = BaseProxy(_LazyMobj(extra))
 
     def acquire(self, blocking=True, timeout=None):
         ok = super().acquire(blocking, timeout)

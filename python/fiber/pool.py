@@ -17,6 +17,18 @@ from . import _fiber, _runtime
 from .process import _job_meta
 
 RUN, CLOSE, TERMINATE = 0, 1, 2
+_NO_SHARED = object()   # shared= not given (None is a value to share)
+
+
+def _with_shared(func, shared):
+    """(func, None) without shared=; else (Shared(func, ref), ref): the
+    value put once into the object store, func called as func(value,
+    *args) in the tasks (fiber.objects)."""
+    if shared is _NO_SHARED:
+        return func, None
+    from . import objects
+    ref = objects.put(shared)
+    return objects.Shared(func, ref), ref
 
 
 class TimeoutError(multiprocessing.TimeoutError):
@@ -49,6 +61,18 @@ class AsyncResult:
         self._done = False
         self._value = None
         self._error = None
+        self._shared_ref = None   # released once the results are in
+
+    def _release_shared(self):
+        ref, self._shared_ref = self._shared_ref, None
+        if ref is not None:
+            try:
+                ref.release()
+            except Exception:
+                pass
+
+    def __del__(self):
+        self._release_shared()
 
     def _decode(self, raw):
         return env.decode(raw)
@@ -73,6 +97,7 @@ class AsyncResult:
         self._value, self._error = value, error
         self._done = True
         self._future = None
+        self._release_shared()
 
     def _complete(self, rc, raw):
         """The callback thread's path: decode, run the callback, wake get()."""
@@ -163,8 +188,8 @@ class Pool:
     """
 
     def __init__(self, processes=None, initializer=None, initargs=(),
-                 maxtasksperchild=None, context=None, *, max_task_crashes=0,
-                 name=None):
+                 maxtasksperchild=None, context=None, error_handling=False,
+                 *, max_task_crashes=0, name=None):
         if processes is not None and processes < 1:
             raise ValueError("Number of processes must be at least 1")
         if initializer is not None and not callable(initializer):
@@ -178,6 +203,15 @@ class Pool:
         self._initargs = tuple(initargs)
         self._maxtasks = maxtasksperchild or 0
         self._max_crashes = max_task_crashes
+        # Fiber's Pool(error_handling=True) (its ResilientZPool): a task
+        # that raises ends its worker and runs again on another, as when a
+        # worker dies, instead of raising in the caller.  Retries stop
+        # after max_task_crashes workers (default here _RETRIES), so a
+        # task that always raises fails with TaskCrashedError, never loops.
+        self._error_handling = bool(error_handling)
+        self._flags = env.F_RETRY if error_handling else 0
+        if error_handling and not max_task_crashes:
+            self._max_crashes = _RETRIES
         self._name = name
         self._state = RUN
         self._pool = None
@@ -190,9 +224,10 @@ class Pool:
 
     # -- starting --
     def _start(self, func=None):
-        meta = _job_meta(func) if func is not None else None
+        meta = _job_meta(func)
         if self._pool is not None:
-            if meta and any(meta.values()) and meta != self._meta:
+            if func is not None and any(meta.values()) and \
+                    meta != self._meta:
                 raise RuntimeError(
                     "%r asks for other resources (%s) than this pool's "
                     "workers have (%s); create another Pool for it"
@@ -206,7 +241,7 @@ class Pool:
             init = None
             if self._initializer is not None:
                 init = env.call(env.INIT, self._initializer, self._initargs, {})
-            self._meta = meta or {"cpu": 0, "memory": 0, "gpu": 0}
+            self._meta = meta
             self._pool = _fiber.Pool(
                 workers=self._processes, initializer=init,
                 maxtasksperchild=self._maxtasks,
@@ -262,19 +297,30 @@ class Pool:
 
     # -- one task --
     def apply_async(self, func, args=(), kwds={}, callback=None,
-                    error_callback=None):
+                    error_callback=None, *, shared=_NO_SHARED):
+        """multiprocessing's apply_async; with shared=value, func is
+        called as func(value, *args, **kwds), value put once into the
+        object store (fiber.objects) and released when the result is in."""
         self._check_running()
         self._start(func)
-        payload = env.call(env.CALL, func, args, kwds)
-        if callback is None and error_callback is None:
-            return AsyncResult(self, self._pool.apply_async(payload))
-        res = AsyncResult(self, None, callback, error_callback)
-        token = self._register(res._complete)
-        res._future = self._pool.apply_async(payload, token)
+        func, ref = _with_shared(func, shared)
+        try:
+            payload = env.call(env.CALL, func, args, kwds, self._flags)
+            if callback is None and error_callback is None:
+                res = AsyncResult(self, self._pool.apply_async(payload))
+            else:
+                res = AsyncResult(self, None, callback, error_callback)
+                token = self._register(res._complete)
+                res._future = self._pool.apply_async(payload, token)
+        except BaseException:
+            if ref is not None:
+                ref.release()
+            raise
+        res._shared_ref = ref
         return res
 
-    def apply(self, func, args=(), kwds={}):
-        return self.apply_async(func, args, kwds).get()
+    def apply(self, func, args=(), kwds={}, *, shared=_NO_SHARED):
+        return self.apply_async(func, args, kwds, shared=shared).get()
 
     # -- maps --
     def _payloads(self, func, iterable, star):
@@ -282,14 +328,26 @@ class Pool:
         name = getattr(func, "__qualname__", repr(func))
         kind = env.STAR if star else env.ONE
         task = env.task
-        return [task(kind, fb, item, name) for item in iterable]
+        flags = self._flags
+        return [task(kind, fb, item, name, flags) for item in iterable]
 
     def _map_async(self, func, iterable, chunksize, callback, error_callback,
-                   star):
+                   star, shared=_NO_SHARED):
         self._check_running()
         if chunksize is not None and chunksize < 1:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
+        func, ref = _with_shared(func, shared)
+        try:
+            return self._map_submit(func, iterable, chunksize, callback,
+                                    error_callback, star, ref)
+        except BaseException:
+            if ref is not None:
+                ref.release()
+            raise
+
+    def _map_submit(self, func, iterable, chunksize, callback, error_callback,
+                    star, ref):
         if chunksize is None:
             # As multiprocessing does: about four chunks per worker, each
             # pickled as one list, so that tiny tasks cost little each.
@@ -306,6 +364,7 @@ class Pool:
             payloads = self._payloads(func, iterable, star)
             fut = self._pool.map_async(payloads, 1)
             res = MapResult(self, fut, callback, error_callback)
+        res._shared_ref = ref   # before the waiter can complete it
         if res._event is not None:
             def waiter():
                 try:
@@ -318,20 +377,24 @@ class Pool:
         return res
 
     def map_async(self, func, iterable, chunksize=None, callback=None,
-                  error_callback=None):
+                  error_callback=None, *, shared=_NO_SHARED):
+        """multiprocessing's map_async; shared=value: func(value, item),
+        value moved once per worker (see apply_async)."""
         return self._map_async(func, iterable, chunksize, callback,
-                               error_callback, False)
+                               error_callback, False, shared)
 
     def starmap_async(self, func, iterable, chunksize=None, callback=None,
-                      error_callback=None):
+                      error_callback=None, *, shared=_NO_SHARED):
         return self._map_async(func, iterable, chunksize, callback,
-                               error_callback, True)
+                               error_callback, True, shared)
 
-    def map(self, func, iterable, chunksize=None):
-        return self.map_async(func, iterable, chunksize).get()
+    def map(self, func, iterable, chunksize=None, *, shared=_NO_SHARED):
+        return self.map_async(func, iterable, chunksize,
+                              shared=shared).get()
 
-    def starmap(self, func, iterable, chunksize=None):
-        return self.starmap_async(func, iterable, chunksize).get()
+    def starmap(self, func, iterable, chunksize=None, *, shared=_NO_SHARED):
+        return self.starmap_async(func, iterable, chunksize,
+                                  shared=shared).get()
 
     # -- iterators --
     def _chunks(self, func, iterable, chunksize, star):
@@ -341,9 +404,9 @@ class Pool:
         if chunksize == 1:
             kind = env.STAR if star else env.ONE
             for item in it:
-                yield 1, env.task(kind, fb, item, name)
+                yield 1, env.task(kind, fb, item, name, self._flags)
             return
-        flags = env.F_STAR if star else 0
+        flags = (env.F_STAR if star else 0) | self._flags
         while True:
             chunk = list(itertools.islice(it, chunksize))
             if not chunk:
@@ -354,64 +417,23 @@ class Pool:
         return max(64, 8 * self._processes)
 
     def imap(self, func, iterable, chunksize=1):
-        """Results in input order, computed ahead within a bounded window."""
-        self._check_running()
-        if chunksize < 1:
-            raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
-        self._start(func)
-        return self._imap_ordered(self._chunks(func, iterable, chunksize,
-                                               False), chunksize)
-
-    def _imap_ordered(self, chunks, chunksize):
-        window = collections.deque()
-        for n, payload in chunks:
-            window.append(AsyncResult(self, self._pool.apply_async(payload)))
-            if len(window) >= self._window():
-                yield from self._imap_take(window.popleft(), chunksize)
-        while window:
-            yield from self._imap_take(window.popleft(), chunksize)
-
-    @staticmethod
-    def _imap_take(res, chunksize):
-        value = res.get()
-        if chunksize == 1:
-            yield value
-        else:
-            yield from value
+        """Results in input order, computed ahead within a bounded window:
+        an IMapIterator (``next(timeout)``; an item that raised raises at
+        its place and the iteration goes on)."""
+        return self._imap(func, iterable, chunksize, True)
 
     def imap_unordered(self, func, iterable, chunksize=1):
-        """Results in order of completion."""
+        """Results in order of completion (an IMapIterator)."""
+        return self._imap(func, iterable, chunksize, False)
+
+    def _imap(self, func, iterable, chunksize, ordered):
         self._check_running()
         if chunksize < 1:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
-        return self._imap_unordered(self._chunks(func, iterable, chunksize,
-                                                 False), chunksize)
-
-    def _imap_unordered(self, chunks, chunksize):
-        import queue as _queue
-        done = _queue.SimpleQueue()
-        in_flight = 0
-        chunks = iter(chunks)
-        exhausted = False
-        while True:
-            while not exhausted and in_flight < self._window():
-                try:
-                    _, payload = next(chunks)
-                except StopIteration:
-                    exhausted = True
-                    break
-                res = AsyncResult(self, None, None, None)
-                res._event = threading.Event()
-                token = self._register(
-                    lambda rc, raw, r=res: (r._complete(rc, raw), done.put(r)))
-                res._future = self._pool.apply_async(payload, token)
-                in_flight += 1
-            if in_flight == 0:
-                return
-            res = done.get()
-            in_flight -= 1
-            yield from self._imap_take(res, chunksize)
+        cls = IMapIterator if ordered else IMapUnorderedIterator
+        return cls(self, self._chunks(func, iterable, chunksize, False),
+                   chunksize)
 
     # -- life --
     def close(self):
@@ -466,6 +488,139 @@ class Pool:
     def __reduce__(self):
         raise NotImplementedError("pool objects cannot be passed between "
                                   "processes or pickled")
+
+
+_RETRIES = 10
+
+
+# Uber Fiber's pool classes: ZPool was its Pool without error handling,
+# ResilientZPool (fiber.pool.Pool there) its Pool(error_handling=True).
+ZPool = Pool
+
+
+class ResilientZPool(Pool):
+    """Uber Fiber's ResilientZPool: Pool(error_handling=True)."""
+
+    def __init__(self, processes=None, initializer=None, initargs=(),
+                 maxtasksperchild=None, cluster=None, **kwargs):
+        if cluster is not None:
+            raise NotImplementedError(
+                "ResilientZPool(cluster=...): Fiber never used it; fiber's "
+                "jobs go to the configured backend")
+        kwargs.setdefault("error_handling", True)
+        super().__init__(processes, initializer, initargs, maxtasksperchild,
+                         **kwargs)
+
+
+class IMapIterator:
+    """What imap returns: iterate it, or call ``next(timeout)``, which
+    raises fiber.TimeoutError (a multiprocessing.TimeoutError) when no
+    result came within timeout seconds; the result is not lost, a later
+    next() returns it.  As multiprocessing's: an item whose task raised
+    raises that exception at its place, and the next call goes on with
+    the following item.  With chunksize > 1 an exception stands for its
+    whole chunk (raised once, at the chunk's place), then the iteration
+    goes on with the next chunk.
+
+    Tasks are submitted as results are taken, at most a window ahead
+    (max(64, 8 x workers) tasks), so that memory stays bounded."""
+
+    def __init__(self, pool, chunks, chunksize=1):
+        self._pool = pool
+        self._chunksize = chunksize
+        self._chunks = iter(chunks)
+        self._exhausted = False
+        self._ready = collections.deque()   # values of a chunk taken
+        self._lock = threading.Lock()
+        self._in_flight = collections.deque()
+
+    def __iter__(self):
+        return self
+
+    def _more(self):
+        """The next chunk's payload, or None when the input is used up."""
+        if self._exhausted:
+            return None
+        try:
+            return next(self._chunks)[1]
+        except StopIteration:
+            self._exhausted = True
+            return None
+
+    def _fill(self):
+        while len(self._in_flight) < self._pool._window():
+            payload = self._more()
+            if payload is None:
+                return
+            self._submit(payload)
+
+    def _submit(self, payload):
+        self._in_flight.append(
+            AsyncResult(self._pool, self._pool._pool.apply_async(payload)))
+
+    def _take(self, timeout):
+        """The next finished AsyncResult in this iterator's order."""
+        res = self._in_flight[0]
+        res.get(timeout)          # TimeoutError leaves it in place
+        return self._in_flight.popleft()
+
+    def next(self, timeout=None):
+        with self._lock:
+            while not self._ready:
+                self._fill()
+                if not self._in_flight:
+                    raise StopIteration
+                try:
+                    res = self._take(timeout)
+                except TimeoutError:
+                    raise                 # the result stays for later
+                except BaseException:
+                    self._drop_failed()   # this item's (chunk's) error
+                    raise
+                value = res.get(0)
+                if self._chunksize == 1:
+                    return value
+                self._ready.extend(value)
+            return self._ready.popleft()
+
+    __next__ = next
+
+    def _drop_failed(self):
+        self._in_flight.popleft()
+
+
+class IMapUnorderedIterator(IMapIterator):
+    """What imap_unordered returns (see IMapIterator): results in the order
+    they finish."""
+
+    def __init__(self, pool, chunks, chunksize=1):
+        super().__init__(pool, chunks, chunksize)
+        import queue as _queue
+        self._done = _queue.SimpleQueue()
+        self._failed = None
+
+    def _submit(self, payload):
+        res = AsyncResult(self._pool, None, None, None)
+        res._event = threading.Event()
+        done = self._done
+        token = self._pool._register(
+            lambda rc, raw, r=res: (r._complete(rc, raw), done.put(r)))
+        res._future = self._pool._pool.apply_async(payload, token)
+        self._in_flight.append(res)
+
+    def _take(self, timeout):
+        import queue as _queue
+        try:
+            res = self._done.get(timeout=timeout)
+        except _queue.Empty:
+            raise TimeoutError from None
+        self._in_flight.remove(res)
+        if res._error is not None:
+            raise res._error
+        return res
+
+    def _drop_failed(self):
+        pass  # _take removed it already
 
 
 def _fiber_cpu_count():

@@ -26,12 +26,16 @@ def _reap():
 
 
 def _job_meta(target):
-    """The resources a target's @fiber.meta asks for."""
+    """The resources a target's @fiber.meta asks for (else fiber.config's
+    cpu_per_job and mem_per_job)."""
     owner = getattr(target, "__self__", None)
     meta = getattr(target, "__fiber_meta__", None) or \
         getattr(owner, "__fiber_meta__", None) or {}
-    return {"cpu": int(meta.get("cpu") or 0),
-            "memory": int(meta.get("memory") or 0),
+    # Without @fiber.meta: fiber.config's cpu_per_job and mem_per_job.
+    from .config import job_defaults
+    dflt = job_defaults()
+    return {"cpu": int(meta.get("cpu") or dflt["cpu"]),
+            "memory": int(meta.get("memory") or dflt["memory"]),
             "gpu": int(meta.get("gpu") or 0)}
 
 
@@ -63,6 +67,8 @@ class Process:
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_handle"] = None
+        state.pop("_sentinel_fd", None)
+        state["_authkey"] = self.authkey  # the child inherits it
         return state
 
     # -- control --
@@ -121,6 +127,9 @@ class Process:
         self._closed = True
         with _lock:
             _children.discard(self)
+        fd = self.__dict__.pop("_sentinel_fd", None)
+        if fd is not None:
+            os.close(fd)
 
     @property
     def exitcode(self):
@@ -154,6 +163,33 @@ class Process:
             raise AssertionError("process has already started")
         self._daemon = bool(value)
 
+    # -- multiprocessing's sentinel and authkey (fiber._sentinel) --
+    @property
+    def sentinel(self):
+        """A file descriptor that becomes readable when the process
+        ends (for multiprocessing.connection.wait and select)."""
+        if self._handle is None and not self._closed:
+            raise ValueError("process not started")
+        self._check()
+        with _lock:
+            fd = self.__dict__.get("_sentinel_fd")
+            if fd is None:
+                from . import _sentinel
+                fd = self._sentinel_fd = _sentinel.make(self._handle,
+                                                        self._name)
+        return fd
+
+    @property
+    def authkey(self):
+        """As multiprocessing's: bytes inherited from the process that
+        created this one (the master's are random); settable."""
+        key = self.__dict__.get("_authkey")
+        return key if key is not None else current_process().authkey
+
+    @authkey.setter
+    def authkey(self, value):
+        self._authkey = bytes(value)
+
     def __repr__(self):
         if self._handle is None:
             status = "initial"
@@ -169,6 +205,7 @@ class _MainProcess:
     name = "MainProcess"
     daemon = False
     exitcode = None
+    authkey = os.urandom(32)  # multiprocessing's: random in the master
 
     @property
     def pid(self):

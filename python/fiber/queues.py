@@ -112,10 +112,62 @@ def _rebuild_queue(cls, ser, maxsize):
 
 
 class SimpleQueue(Queue):
-    """multiprocessing.SimpleQueue: put, get, empty, close."""
+    """multiprocessing.SimpleQueue: put, get, empty, close.  Also Uber
+    Fiber's ``reader`` and ``writer``: the queue's two ends as
+    connections (``reader.recv()``, ``writer.send(obj)``)."""
 
     def __init__(self, *, ctx=None, _handle=None):
         super().__init__(0, _handle=_handle)
+
+    @property
+    def reader(self):
+        return _QueueEnd(self, True)
+
+    @property
+    def writer(self):
+        return _QueueEnd(self, False)
+
+
+class _QueueEnd:
+    """One end of a SimpleQueue as Uber Fiber exposed it: the reader's
+    recv() and poll(timeout), the writer's send(obj)."""
+
+    def __init__(self, queue, reading):
+        self._queue = queue
+        self._reading = reading
+
+    def _check(self, reading):
+        if reading != self._reading:
+            raise OSError("this is the queue's %s end"
+                          % ("reading" if self._reading else "writing"))
+
+    def recv(self):
+        self._check(True)
+        return self._queue.get()
+
+    def poll(self, timeout=0.0):
+        self._check(True)
+        return self._queue._q.size() > 0 if not timeout else \
+            _poll_size(self._queue, timeout)
+
+    def send(self, obj):
+        self._check(False)
+        self._queue.put(obj)
+
+    def __repr__(self):
+        return "<%s end of %r>" % ("reading" if self._reading else "writing",
+                                   self._queue)
+
+
+def _poll_size(queue, timeout):
+    """True once queue holds an item, checking until timeout seconds."""
+    import time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while queue._q.size() == 0:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 class Connection:
@@ -274,3 +326,132 @@ def Pipe(duplex=True):
         return Connection(a, True, True), Connection(b, True, True)
     # fiber_pipe_create: a sends, b receives; multiprocessing: (reader, writer)
     return Connection(b, True, False), Connection(a, False, True)
+
+
+# ---- Uber Fiber's SimpleQueuePush and SimpleQueuePull ---------------------
+
+_DATA, _CONNECT = b"D", b"C"
+
+
+class SimpleQueuePull(SimpleQueue):
+    """Uber Fiber's SimpleQueuePull: a reader receives an item when it asks
+    for one, so items go to whichever reader is free (load balanced by
+    workload).  This is how every fiber queue works: it is SimpleQueue."""
+
+
+class SimpleQueuePush:
+    """Uber Fiber's SimpleQueuePush: items are pushed to the readers in
+    turn (round robin), whether or not a reader is busy, as Fiber's
+    nanomsg push sockets did.  put() and get() (block, timeout); it
+    pickles, and every copy pickled in the master (a Process argument)
+    is a reader of its own.
+
+    How: the master (which creates the queue) keeps an inbox queue and one
+    queue per reader, and a dealer thread that moves each item of the
+    inbox to the next connected reader's queue.  A reader connects at its
+    first get(); items put before any reader connected wait in the
+    master.  When a reader connects, the items dealt to the others that
+    they have not taken yet are dealt again, in their order, among all
+    the readers: a reader whose job started late is not left without
+    items (and without the message that tells it to stop) while the
+    others hold a backlog.  The dealer lives as long as the master; the
+    copies in jobs need the master."""
+
+    def __init__(self, *, _state=None):
+        if _state is not None:
+            self._inbox, self._slot, self._slot_id = _state
+            self._connected = False
+            return
+        _runtime.require_master("fiber.queues.SimpleQueuePush()")
+        self._inbox = _fiber.Queue.create(0)
+        self._slots = []
+        self._slot, self._slot_id = self._new_slot()
+        self._connected = False
+        import threading
+        self._dealer = threading.Thread(target=_deal, daemon=True,
+                                        args=(self._inbox, self._slots),
+                                        name="fiber-push-queue")
+        self._dealer.start()
+
+    def _new_slot(self):
+        slot = _fiber.Queue.create(0)
+        self._slots.append(slot)
+        return slot, len(self._slots) - 1
+
+    def put(self, obj, block=True, timeout=None):
+        self._inbox.put(_DATA + _dumps(obj), -1)
+
+    def get(self, block=True, timeout=None):
+        if not self._connected:
+            self._inbox.put(_CONNECT + str(self._slot_id).encode(), -1)
+            self._connected = True
+        try:
+            data = self._slot.get(_ms(block, timeout))
+        except _fiber.FiberError as e:
+            if getattr(e, "code", None) in _WOULD_WAIT:
+                raise _stdqueue.Empty from None
+            raise
+        return pickle.loads(memoryview(data)[_SEQ.size:])
+
+    def empty(self):
+        return self._slot.size() == 0
+
+    def close(self):
+        pass
+
+    def __reduce__(self):
+        if hasattr(self, "_slots"):       # the master: a new reader
+            slot, slot_id = self._new_slot()
+        else:                             # a job: this copy's reader
+            slot, slot_id = self._slot, self._slot_id
+        return (_rebuild_push, (self._inbox.serialize(), slot.serialize(),
+                                slot_id))
+
+
+def _rebuild_push(inbox, slot, slot_id):
+    return SimpleQueuePush(_state=(_fiber.Queue.open(inbox),
+                                   _fiber.Queue.open(slot), slot_id))
+
+
+import struct as _struct  # noqa: E402
+
+_SEQ = _struct.Struct("<Q")   # each dealt item: its sequence number, data
+
+
+def _take_back(readers):
+    """The items dealt to readers and not taken yet, in put order."""
+    back = []
+    for slot in readers:
+        while True:
+            try:
+                back.append(slot.get(0))
+            except _fiber.FiberError as e:
+                if getattr(e, "code", None) in _WOULD_WAIT:
+                    break
+                raise
+    back.sort(key=lambda item: _SEQ.unpack_from(item)[0])
+    return [item[_SEQ.size:] for item in back]
+
+
+def _deal(inbox, slots):
+    """The dealer: the inbox's items to the connected readers in turn."""
+    import collections
+    readers = []
+    waiting = collections.deque()   # items no reader holds yet
+    turn = seq = 0
+    try:
+        while True:
+            msg = inbox.get(-1)
+            if msg[:1] == _CONNECT:
+                waiting.extendleft(reversed(_take_back(readers)))
+                readers.append(slots[int(msg[1:])])
+                turn = 0
+            else:
+                waiting.append(msg[1:])
+            while readers and waiting:
+                readers[turn % len(readers)].put(
+                    _SEQ.pack(seq) + waiting.popleft(), -1)
+                turn += 1
+                seq += 1
+    except _fiber.FiberError:
+        return                      # fiber is shutting down

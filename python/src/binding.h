@@ -84,12 +84,14 @@ extern PyObject *fbp_method_handler;
 /* Types and their module-level registration (each part's init adds its
  * types to the module). */
 extern PyTypeObject FbpProcessType, FbpPoolType, FbpFutureType,
-    FbpQueueType, FbpPipeType, FbpManagerType, FbpMobjType;
+    FbpQueueType, FbpPipeType, FbpManagerType, FbpMobjType, FbpRingType;
 
 int fbp_process_init(PyObject *m);
 int fbp_pool_init(PyObject *m);
 int fbp_queue_init(PyObject *m);
 int fbp_manager_init(PyObject *m);
+int fbp_ring_init(PyObject *m);
+int fbp_object_init(PyObject *m);
 
 /* A future over a fiber_future: the result of Pool.apply_async, and of
  * every asynchronous manager call.  kind says how its bytes read: 0 raw

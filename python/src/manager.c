@@ -41,6 +41,8 @@ enum {
     K_BARRIER,
     K_CONDITION,
     K_CUSTOM,
+    K_VALUE, /* an int64 (fiber.Value, RawValue, JoinableQueue's count) */
+    K_DICT,  /* bytes to bytes (fiber.Array's chunks) */
 };
 
 enum {
@@ -153,6 +155,8 @@ static PyObject *manager_create(FbpManager *self, PyObject *args)
                  : fiber_manager_barrier(self->m, name, (unsigned)n, &o);
         break;
     case K_CONDITION: rc = fiber_manager_condition(self->m, name, &o); break;
+    case K_VALUE: rc = fiber_manager_value(self->m, name, n, &o); break;
+    case K_DICT: rc = fiber_manager_dict(self->m, name, &o); break;
     case K_CUSTOM:
         rc = fiber_manager_custom(self->m, name, state.buf,
                                   (size_t)state.len, &o);
@@ -331,10 +335,110 @@ static PyObject *mobj_op(FbpMobj *self, PyObject *args)
     return res;
 }
 
+/* ---- int64 values, dicts, release: what fiber.sharedctypes and
+ * fiber.synchronize use, so that a Value, an Array or a lock of a local
+ * client is changed in shared memory (docs/manager.md). ---- */
+
+enum { VOP_GET, VOP_SET, VOP_ADD, VOP_CAS };
+
+/* value(vop, a=0, b=0) -> int: VOP_GET the value; VOP_SET to a (returns
+ * a); VOP_ADD a, returning the new value; VOP_CAS from a to b, returning
+ * the value found (the swap happened when it equals a). */
+static PyObject *mobj_value(FbpMobj *self, PyObject *args)
+{
+    int vop;
+    long long a = 0, b = 0;
+    if (!PyArg_ParseTuple(args, "i|LL", &vop, &a, &b))
+        return NULL;
+    int64_t x = a;
+    int rc;
+    char msg[1024] = "";
+    switch (vop) {
+    case VOP_GET: FBP_CALL(rc, msg, fiber_value_get(self->o, &x, NULL)); break;
+    case VOP_SET: FBP_CALL(rc, msg, fiber_value_set(self->o, a, NULL)); break;
+    case VOP_ADD:
+        FBP_CALL(rc, msg, fiber_value_add(self->o, a, &x, NULL));
+        break;
+    case VOP_CAS:
+        FBP_CALL(rc, msg, fiber_value_cas(self->o, a, b, &x, NULL));
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "bad value operation %d", vop);
+        return NULL;
+    }
+    if (rc)
+        return fbp_raise(rc, msg);
+    return PyLong_FromLongLong(x);
+}
+
+/* dict_get(key) -> bytes, or None when the key is absent. */
+static PyObject *mobj_dict_get(FbpMobj *self, PyObject *args)
+{
+    Py_buffer key;
+    if (!PyArg_ParseTuple(args, "y*", &key))
+        return NULL;
+    fiber_buf out = {0};
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_dict_get(self->o, key.buf, (size_t)key.len,
+                                     &out, NULL));
+    PyBuffer_Release(&key);
+    PyObject *res;
+    if (rc == FIBER_ENOKEY)
+        res = Py_NewRef(Py_None);
+    else if (rc)
+        res = fbp_raise(rc, msg);
+    else
+        res = fbp_bytes_of(&out);
+    fiber_buf_free(&out);
+    return res;
+}
+
+/* dict_set(key, value): sets key to a copy of value. */
+static PyObject *mobj_dict_set(FbpMobj *self, PyObject *args)
+{
+    Py_buffer key, val;
+    if (!PyArg_ParseTuple(args, "y*y*", &key, &val))
+        return NULL;
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_dict_set(self->o, key.buf, (size_t)key.len,
+                                     val.buf, (size_t)val.len, NULL));
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&val);
+    if (rc)
+        return fbp_raise(rc, msg);
+    Py_RETURN_NONE;
+}
+
+/* release(): destroys the object for every process and frees this handle
+ * (fiber_mobj_release); later calls on this handle fail with ValueError. */
+static PyObject *mobj_release(FbpMobj *self, PyObject *unused)
+{
+    (void)unused;
+    fiber_mobj *o = self->o;
+    if (!o) {
+        PyErr_SetString(PyExc_ValueError, "object already released");
+        return NULL;
+    }
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_mobj_release(o));
+    if (rc != FIBER_EINVAL)
+        self->o = NULL;
+    if (rc)
+        return fbp_raise(rc, msg);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef mobj_methods[] = {
     {"open", (PyCFunction)mobj_open, METH_VARARGS | METH_CLASS, NULL},
     {"serialize", (PyCFunction)mobj_serialize, METH_NOARGS, NULL},
     {"op", (PyCFunction)mobj_op, METH_VARARGS, NULL},
+    {"value", (PyCFunction)mobj_value, METH_VARARGS, NULL},
+    {"dict_get", (PyCFunction)mobj_dict_get, METH_VARARGS, NULL},
+    {"dict_set", (PyCFunction)mobj_dict_set, METH_VARARGS, NULL},
+    {"release", (PyCFunction)mobj_release, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -365,6 +469,12 @@ int fbp_manager_init(PyObject *m)
         {"K_BARRIER", K_BARRIER},
         {"K_CONDITION", K_CONDITION},
         {"K_CUSTOM", K_CUSTOM},
+        {"K_VALUE", K_VALUE},
+        {"K_DICT", K_DICT},
+        {"VOP_GET", VOP_GET},
+        {"VOP_SET", VOP_SET},
+        {"VOP_ADD", VOP_ADD},
+        {"VOP_CAS", VOP_CAS},
         {"OP_LOCK_ACQUIRE", OP_LOCK_ACQUIRE},
         {"OP_LOCK_RELEASE", OP_LOCK_RELEASE},
         {"OP_SEM_ACQUIRE", OP_SEM_ACQUIRE},

@@ -470,7 +470,7 @@ PyMODINIT_FUNC PyInit__fiber(void)
         !(notask_error = new_error(m, "NoTaskError", fiber_error)))
         goto fail;
     if (fbp_process_init(m) || fbp_pool_init(m) || fbp_queue_init(m) ||
-        fbp_manager_init(m))
+        fbp_manager_init(m) || fbp_ring_init(m) || fbp_object_init(m))
         goto fail;
     PyModule_AddStringConstant(m, "VERSION", fiber_version());
     PyModule_AddIntConstant(m, "ETIMEDOUT", FIBER_ETIMEDOUT);

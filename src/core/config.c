@@ -688,6 +688,122 @@ static char *read_line(char *str, int num, void *stream)
     return str;
 }
 
+/* ---- Uber Fiber's [default] section ---------------------------------------
+ *
+ * Uber Fiber 0.2.1 read its .fiberconfig with Python's configparser, keys
+ * under [default], with its own names and values.  fiber reads that
+ * section too: fiber's keys as anywhere, Fiber's mapped onto fiber's
+ * (docs/configuration.md, "Uber Fiber's [default] section"), and Fiber's
+ * keys fiber has no counterpart for refused with the reason. */
+
+struct fiber_alias {
+    const char *name; /* Fiber's */
+    const char *key;  /* fiber's */
+};
+
+static const struct fiber_alias fiber_aliases[] = {
+    {"default_backend", "backend"},
+    {"default_image", "image"},
+    {"kubernetes_namespace", "k8s_namespace"},
+};
+
+struct fiber_refusal {
+    const char *name;
+    const char *why;
+};
+
+static const struct fiber_refusal fiber_refusals[] = {
+    {"cpu_per_job", "fiber reserves CPUs per job: set fiber.config."
+                    "cpu_per_job in Python, @fiber.meta(cpu=N) on a "
+                    "function, or fiber_job_opts.cpu"},
+    {"mem_per_job", "fiber reserves memory per job: set fiber.config."
+                    "mem_per_job in Python, @fiber.meta(memory=MiB) on a "
+                    "function, or fiber_job_opts.memory_mb"},
+    {"ipc_active", "fiber's jobs always dial their master"},
+    {"ipc_admin_master_port", "fiber's master listens on a port the kernel "
+                              "picks"},
+    {"ipc_admin_worker_port", "fiber's jobs always dial their master"},
+    {"use_push_queue", "fiber has one kind of queue"},
+    {"merge_output", "a job's output goes to its log file (log_dir)"},
+    {"use_bash", "fiber starts jobs without a shell"},
+};
+
+/* Fiber's log levels: its names (warning, critical) and logging's numbers
+ * (10 debug, 20 info, 30 warning, 40 error, 50 critical) as fiber's. */
+static const char *fiber_log_level(const char *value)
+{
+    static const char *const names[][2] = {
+        {"warning", "warn"}, {"critical", "error"}, {"10", "debug"},
+        {"20", "info"},      {"30", "warn"},        {"40", "error"},
+        {"50", "error"}};
+    for (size_t i = 0; i < FB_ARRAY_LEN(names); i++)
+        if (strcasecmp(value, names[i][0]) == 0)
+            return names[i][1];
+    return value;
+}
+
+/* Fiber's log_file (a path prefix each process appends its name to):
+ * fiber's log_dir is its folder. */
+static int apply_fiber_log_file(struct fb_config *c, const char *value,
+                                const char *origin)
+{
+    if (strcmp(value, "stdout") == 0 || strcmp(value, "stderr") == 0)
+        return fb_err(FIBER_ECONFIG,
+                      "Fiber's log_file = %s (%s) is not supported: fiber's "
+                      "jobs log to files in log_dir (the master to standard "
+                      "error)", value, origin);
+    char folder[512]; /* log_dir holds at most 511 bytes */
+    fb_strlcpy(folder, value, sizeof folder);
+    char *slash = strrchr(folder, '/');
+    if (slash == NULL)
+        fb_strlcpy(folder, ".", sizeof folder);
+    else if (slash == folder)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    return fb_config_apply(c, "log_dir", folder, origin);
+}
+
+/* Whether name is one of Fiber's keys that fiber's table lacks. */
+static int is_fiber_only_key(const char *name)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(fiber_aliases); i++)
+        if (strcmp(name, fiber_aliases[i].name) == 0)
+            return 1;
+    for (size_t i = 0; i < FB_ARRAY_LEN(fiber_refusals); i++)
+        if (strcmp(name, fiber_refusals[i].name) == 0)
+            return 1;
+    return strcmp(name, "log_file") == 0 || strcmp(name, "debug") == 0;
+}
+
+static int apply_fiber_pair(struct fb_config *c, const char *name,
+                            const char *value, const char *origin)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(fiber_aliases); i++)
+        if (strcmp(name, fiber_aliases[i].name) == 0)
+            return fb_config_apply(c, fiber_aliases[i].key, value, origin);
+    for (size_t i = 0; i < FB_ARRAY_LEN(fiber_refusals); i++)
+        if (strcmp(name, fiber_refusals[i].name) == 0)
+            return fb_err(FIBER_ECONFIG,
+                          "Uber Fiber's key '%s' (%s) has no counterpart in "
+                          "fiber: %s", name, origin, fiber_refusals[i].why);
+    if (strcmp(name, "log_level") == 0)
+        return fb_config_apply(c, name, fiber_log_level(value), origin);
+    if (strcmp(name, "log_file") == 0)
+        return apply_fiber_log_file(c, value, origin);
+    if (strcmp(name, "debug") == 0) {
+        union cfg_value on;
+        const struct key_spec *k = find_key("encryption"); /* a boolean */
+        int rc = parse_boolean(k, value, origin, &on);
+        if (rc != 0)
+            return fb_err(FIBER_ECONFIG, "bad value '%.*s' for Fiber's key "
+                          "'debug' (%s): expected true or false",
+                          FB_QUOTE_MAX, value, origin);
+        return on.num ? fb_config_apply(c, "log_level", "debug", origin) : 0;
+    }
+    return fb_config_apply(c, name, value, origin);
+}
+
 /* inih's handler: applies one key to the scratch config.  Returns 1 to go
  * on, 0 on an error (whose message names the file and line). */
 static int handle_pair(void *user, const char *section, const char *name,
@@ -699,10 +815,12 @@ static int handle_pair(void *user, const char *section, const char *name,
     char origin[600];
     snprintf(origin, sizeof origin, "%s:%d", fp->path, fp->line);
     int rc;
-    if (section[0] != '\0' && strcmp(section, "fiber") != 0)
+    if (strcmp(section, "default") == 0)
+        rc = apply_fiber_pair(&fp->scratch, name, value, origin);
+    else if (section[0] != '\0' && strcmp(section, "fiber") != 0)
         rc = fb_err(FIBER_ECONFIG,
                     "unknown section [%.*s] (%s): fiber reads keys before any "
-                    "section or under [fiber]",
+                    "section, under [fiber], or under Uber Fiber's [default]",
                     FB_QUOTE_MAX, section, origin);
     else
         rc = fb_config_apply(&fp->scratch, name, value, origin);
@@ -768,7 +886,7 @@ static int apply_env_entry(struct fb_config *c, const char *entry,
         for (size_t i = 0; i < key_len; i++)
             key[i] = (char)tolower((unsigned char)suffix[i]);
         key[key_len] = '\0';
-        known = fb_config_known(key);
+        known = fb_config_known(key) || is_fiber_only_key(key);
     }
     if (!known)
         return fb_err(FIBER_ECONFIG,
@@ -779,6 +897,10 @@ static int apply_env_entry(struct fb_config *c, const char *entry,
     char origin[128];
     snprintf(origin, sizeof origin, "environment variable %.*s",
              (int)name_len, entry);
+    /* Uber Fiber's variables (FIBER_DEFAULT_BACKEND, FIBER_LOG_LEVEL=
+     * warning, ...) as its [default] section's keys. */
+    if (is_fiber_only_key(key) || strcmp(key, "log_level") == 0)
+        return apply_fiber_pair(c, key, entry + name_len + 1, origin);
     return fb_config_apply(c, key, entry + name_len + 1, origin);
 }
 

@@ -72,7 +72,11 @@ int fb_config_apply(struct fb_config *c, const char *key, const char *value,
 
 /* Applies every key of the INI file at path.  A missing file is not an
  * error (returns 0).  Keys may stand before any section or under [fiber];
- * any other section is an error.  Returns 0 or FIBER_ECONFIG (a syntax
+ * under Uber Fiber's [default], Fiber's key names and values are accepted
+ * too, mapped onto fiber's (default_backend -> backend, log_level =
+ * warning -> warn, log_file -> its folder as log_dir, ...), and Fiber's
+ * keys fiber has no counterpart for are an error saying why; any other
+ * section is an error.  Returns 0 or FIBER_ECONFIG (a syntax
  * error, an unknown key or a bad value, named with file and line). */
 int fb_config_load_file(struct fb_config *c, const char *path);
 

@@ -470,6 +470,60 @@ TEST(file_unknown_key)
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
 
+/* Uber Fiber's .fiberconfig: its [default] section, its names and values. */
+TEST(file_uber_fiber_default_section)
+{
+    struct fb_config c;
+    fb_config_defaults(&c);
+    CHECK_OK(load_text(&c, "[default]\n"
+                           "default_backend = docker\n"
+                           "default_image = fiber-test:latest\n"
+                           "log_level = warning\n"
+                           "log_file = /tmp/fiberlogs/fiber.log\n"
+                           "kubernetes_namespace = research\n"
+                           "connect_timeout_ms = 700\n"));
+    CHECK_STR(c.backend, "docker");
+    CHECK_STR(c.image, "fiber-test:latest");
+    CHECK_EQ(c.log_level, FIBER_LOG_WARN);
+    CHECK_STR(c.log_dir, "/tmp/fiberlogs");
+    CHECK_STR(c.k8s_namespace, "research");
+    CHECK_EQ(c.connect_timeout_ms, 700);
+
+    fb_config_defaults(&c);
+    CHECK_OK(load_text(&c, "[default]\nlog_level = 10\n"));
+    CHECK_EQ(c.log_level, FIBER_LOG_DEBUG);
+    fb_config_defaults(&c);
+    CHECK_OK(load_text(&c, "[default]\nlog_level = CRITICAL\n"));
+    CHECK_EQ(c.log_level, FIBER_LOG_ERROR);
+    fb_config_defaults(&c);
+    CHECK_OK(load_text(&c, "[default]\ndebug = true\n"));
+    CHECK_EQ(c.log_level, FIBER_LOG_DEBUG);
+    fb_config_defaults(&c);
+    CHECK_OK(load_text(&c, "[default]\nbackend = local\ndebug = false\n"));
+    CHECK_EQ(c.log_level, FIBER_LOG_WARN);
+}
+
+TEST(file_uber_fiber_refused_keys)
+{
+    struct fb_config c;
+    fb_config_defaults(&c);
+    CHECK_ERR(load_text(&c, "[default]\nlog_level = info\ncpu_per_job = 2\n"),
+              FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "Uber Fiber's key 'cpu_per_job'");
+    CHECK_CONTAINS(fiber_last_error(), ".fiberconfig:3");
+    CHECK_CONTAINS(fiber_last_error(), "fiber.config.cpu_per_job");
+    CHECK_ERR(load_text(&c, "[default]\nipc_active = false\n"),
+              FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "always dial their master");
+    CHECK_ERR(load_text(&c, "[default]\nlog_file = stdout\n"),
+              FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "log_file = stdout");
+    CHECK_ERR(load_text(&c, "[default]\nlog_level = loud\n"), FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "bad value 'loud' for key 'log_level'");
+    CHECK_ERR(load_text(&c, "[default]\nbogus = 1\n"), FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "unknown key 'bogus'");
+}
+
 TEST(file_bad_value)
 {
     struct fb_config c;
@@ -585,6 +639,29 @@ TEST(env_applies_keys)
     CHECK_EQ(c.log_level, FIBER_LOG_DEBUG);
     CHECK_EQ(c.max_message_bytes, 8192);
     CHECK_OK(fb_config_load_env(&c, NULL));
+}
+
+/* Uber Fiber's variables: FIBER_ + its key in upper case. */
+TEST(env_uber_fiber_variables)
+{
+    char *envp[] = {"FIBER_DEFAULT_BACKEND=slurm", "FIBER_LOG_LEVEL=warning",
+                    "FIBER_DEFAULT_IMAGE=fiber-test:latest",
+                    "FIBER_KUBERNETES_NAMESPACE=research",
+                    "FIBER_LOG_FILE=/var/tmp/f/fiber.log", NULL};
+    struct fb_config c;
+    fb_config_defaults(&c);
+    c.log_level = FIBER_LOG_DEBUG;
+    CHECK_OK(fb_config_load_env(&c, envp));
+    CHECK_STR(c.backend, "slurm");
+    CHECK_EQ(c.log_level, FIBER_LOG_WARN);
+    CHECK_STR(c.image, "fiber-test:latest");
+    CHECK_STR(c.k8s_namespace, "research");
+    CHECK_STR(c.log_dir, "/var/tmp/f");
+
+    char *refused[] = {"FIBER_CPU_PER_JOB=2", NULL};
+    CHECK_ERR(fb_config_load_env(&c, refused), FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "Uber Fiber's key 'cpu_per_job' "
+                   "(environment variable FIBER_CPU_PER_JOB)");
 }
 
 TEST(env_unknown_variable)

@@ -1,0 +1,237 @@
+"""Shared objects: a large read-only value put once and passed by reference
+(the C core's object store: include/fiber/fiber.h, "Shared objects";
+docs/python.md, "Shared objects").
+
+::
+
+    theta = np.zeros(100_000, dtype=np.float32)
+    with fiber.Pool(32) as pool:
+        # theta travels once per worker, not once per task
+        returns = pool.map(evaluate, seeds, shared=theta)   # evaluate(theta, seed)
+
+        ref = fiber.put(noise_table)      # an ObjectRef: 40 bytes
+        pool.map(rollout, [(ref, s) for s in seeds])        # ref.get() in the task
+        ref.release()
+
+``put(obj)`` pickles obj with protocol 5, keeping numpy arrays' (and every
+other PickleBuffer's) bytes out of band, and stores the pickle and the
+raw buffers as one blob, named by its content.  The ref pickles as its 40
+bytes, so it can go in any task argument, queue message, pipe message or
+manager value.  ``ref.get()`` resolves it: in the master, the object that
+was put (no copy); in another process, the blob is fetched once (mapped
+from the master's shared memory on one host, or relayed between workers
+across hosts) and unpickled once, with the arrays as read-only views of
+the fetched bytes, then cached in that process, so every later task of the
+same worker gets the same object at no cost.  Treat a shared value as
+read-only: its arrays are (numpy raises on a write).
+
+Lifetime: the value lives until the master calls ``ref.release()`` (or
+leaves ``with fiber.put(obj) as ref:``); a process that resolves a ref
+after that gets ``KeyError``.  Putting equal bytes again gives an equal ref
+and counts one more reference.  ``Pool.map(..., shared=value)`` (and the
+other map and apply methods) puts value, calls ``func(value, *args)`` in
+the tasks, and releases it when the call's results are in.
+"""
+import collections
+import pickle
+import struct
+import threading
+
+from . import _fiber, _runtime
+
+__all__ = ["ObjectRef", "put", "get", "Shared", "stats"]
+
+_MAGIC = b"FBO1"
+_HEAD = struct.Struct("<4sIQ")  # magic, out-of-band buffers, pickle bytes
+_ALIGN = 64                     # each raw buffer starts at a multiple
+
+# The master: what it put, by key: [object, references].  Another process:
+# what it resolved, most recently used last, bounded in bytes.
+_lock = threading.Lock()
+_held = {}
+_cache = collections.OrderedDict()   # key -> (object, blob bytes)
+_cache_bytes = 0
+
+
+def _encode(obj):
+    """[header, pickle, padding, raw buffer, ...]: the blob's parts."""
+    buffers = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    head = _HEAD.pack(_MAGIC, len(raws), len(data)) + \
+        b"".join(struct.pack("<Q", r.nbytes) for r in raws)
+    parts = [head, data]
+    at = len(head) + len(data)
+    for r in raws:
+        pad = -at % _ALIGN
+        if pad:
+            parts.append(bytes(pad))
+            at += pad
+        parts.append(r)
+        at += r.nbytes
+    return parts
+
+
+def _decode(blob):
+    mv = memoryview(blob)
+    try:
+        magic, n, plen = _HEAD.unpack_from(mv, 0)
+        if magic != _MAGIC:
+            raise ValueError("not a fiber shared object (magic %r)" % magic)
+        sizes = struct.unpack_from("<%dQ" % n, mv, _HEAD.size)
+        at = _HEAD.size + 8 * n
+        data = mv[at:at + plen]
+        at += plen
+        bufs = []
+        for size in sizes:
+            at += -at % _ALIGN
+            if at + size > len(mv):
+                raise ValueError("a shared object's buffer runs past its "
+                                 "blob")
+            bufs.append(mv[at:at + size])
+            at += size
+    except struct.error as e:
+        raise ValueError("a shared object's blob is truncated: %s" % e)
+    return pickle.loads(data, buffers=bufs)
+
+
+def _cache_limit():
+    try:
+        return int(_fiber.config_get("object_cache_mb")) << 20
+    except Exception:
+        return 4096 << 20
+
+
+def _resolve(key):
+    global _cache_bytes
+    with _lock:
+        if key in _held:
+            return _held[key][0]
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit[0]
+    if not _runtime.child_mode:
+        _runtime.ensure()
+    try:
+        blob = _fiber.object_get(key, _runtime.child_mode)
+    except _fiber.FiberError as e:
+        if getattr(e, "errname", "") == "FIBER_ENOKEY":
+            raise KeyError("shared object %s is gone: the master released "
+                           "it (or never put it)" % key.hex()[:16]) from e
+        raise
+    obj = _decode(blob)
+    with _lock:
+        if key not in _cache:
+            _cache[key] = (obj, len(blob))
+            _cache_bytes += len(blob)
+            limit = _cache_limit()
+            while _cache_bytes > limit and len(_cache) > 1:
+                _, (_, size) = _cache.popitem(last=False)
+                _cache_bytes -= size
+        return _cache[key][0]
+
+
+class ObjectRef:
+    """A shared object's name: 40 bytes (its content's hash and length).
+    ``get()`` resolves it in any process of the run; ``release()`` (master)
+    drops the reference ``put`` counted."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        if not isinstance(key, bytes) or len(key) != _fiber.REF_LEN:
+            raise ValueError("an ObjectRef is %d bytes" % _fiber.REF_LEN)
+        self.key = key
+
+    def get(self):
+        """The object (see the module's docs: cached per process; arrays
+        read-only outside the master)."""
+        return _resolve(self.key)
+
+    def release(self):
+        """Master only: drops one reference that put() counted; when none
+        is left the store frees the blob."""
+        _runtime.require_master("ObjectRef.release()")
+        with _lock:
+            entry = _held.get(self.key)
+            if entry is None:
+                raise ValueError("shared object %s: nothing to release"
+                                 % self.key.hex()[:16])
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _held[self.key]
+        _fiber.object_release(self.key)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __reduce__(self):
+        return (ObjectRef, (self.key,))
+
+    def __eq__(self, other):
+        return isinstance(other, ObjectRef) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __repr__(self):
+        return "ObjectRef(%s..., %d bytes)" % (
+            self.key[:8].hex(), int.from_bytes(self.key[32:], "little"))
+
+
+def put(obj):
+    """Stores obj in the run's object store (master only) and returns its
+    ObjectRef.  Release it with ``ref.release()`` or ``with``."""
+    _runtime.require_master("fiber.put()")
+    key = _fiber.object_put(_encode(obj))
+    with _lock:
+        entry = _held.get(key)
+        if entry is None:
+            _held[key] = [obj, 1]
+        else:
+            entry[1] += 1
+    return ObjectRef(key)
+
+
+def get(ref):
+    """ref.get(): the object behind an ObjectRef."""
+    if not isinstance(ref, ObjectRef):
+        raise TypeError("fiber.get() wants an ObjectRef, not %s"
+                        % type(ref).__name__)
+    return ref.get()
+
+
+class Shared:
+    """``Shared(func, ref)(*args)`` calls ``func(ref.get(), *args)``: what
+    the pool's ``shared=`` argument sends instead of func.  Pickles as func
+    and the ref's 40 bytes."""
+
+    __slots__ = ("func", "ref")
+
+    def __init__(self, func, ref):
+        self.func = func
+        self.ref = ref
+
+    def __call__(self, *args, **kwargs):
+        return self.func(self.ref.get(), *args, **kwargs)
+
+    def __reduce__(self):
+        return (Shared, (self.func, self.ref))
+
+    def __getattr__(self, name):  # @fiber.meta and names read through
+        if name in ("func", "ref") or \
+                (name.startswith("__") and name != "__fiber_meta__"):
+            raise AttributeError(name)
+        return getattr(self.func, name)
+
+
+def stats():
+    """This process's shared-object counters (fiber_object_stats): objects,
+    bytes_held, fetches, cache_hits, shm_bytes, ..."""
+    if not _runtime.child_mode:
+        _runtime.ensure()
+    return _fiber.object_stats()

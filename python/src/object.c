@@ -1,0 +1,185 @@
+/*
+ * object.c -- the run's object store from Python: _fiber.object_put,
+ * object_get, object_release, object_stats (include/fiber/fiber.h,
+ * "Shared objects").  fiber.objects builds fiber.put / ObjectRef on them;
+ * this layer moves bytes only.
+ *
+ * object_put takes any C-contiguous buffer or a sequence of them (the
+ * pickle and the out-of-band buffers of one object), joined into the
+ * store with one copy per byte.  object_get returns a bytes object: a
+ * copy of the blob, made while libfiber pins it, so the Python value
+ * never points into memory that libfiber may unmap (a blob read inside a
+ * pool task is pinned only until the task returns).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+static int ref_of(PyObject *obj, fiber_ref *ref)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) != 0)
+        return -1;
+    if (v.len != FIBER_REF_LEN) {
+        PyErr_Format(PyExc_ValueError,
+                     "not an object ref: %zd bytes, want %d", v.len,
+                     FIBER_REF_LEN);
+        PyBuffer_Release(&v);
+        return -1;
+    }
+    memcpy(ref->bytes, v.buf, FIBER_REF_LEN);
+    PyBuffer_Release(&v);
+    return 0;
+}
+
+/* Joins the buffers of parts (one buffer, or a list/tuple of them) into
+ * one malloc'd block; *len its size.  NULL with an exception set. */
+static unsigned char *join_parts(PyObject *parts, size_t *len)
+{
+    PyObject *seq = PyObject_CheckBuffer(parts)
+                        ? PyTuple_Pack(1, parts)
+                        : PySequence_Fast(parts, "object_put wants a buffer "
+                                                 "or a sequence of buffers");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *views = PyMem_Calloc((size_t)(n ? n : 1), sizeof *views);
+    unsigned char *out = NULL;
+    Py_ssize_t got = 0;
+    size_t total = 0;
+    if (!views) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
+        if (PyObject_GetBuffer(item, &views[got], PyBUF_C_CONTIGUOUS) != 0)
+            goto done;
+        total += (size_t)views[got].len;
+    }
+    out = malloc(total ? total : 1);
+    if (!out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(out + at, views[i].buf, (size_t)views[i].len);
+        at += (size_t)views[i].len;
+    }
+    *len = total;
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    Py_DECREF(seq);
+    return out;
+}
+
+/* object_put(parts) -> the 40-byte ref (master only). */
+static PyObject *py_object_put(PyObject *self, PyObject *parts)
+{
+    (void)self;
+    size_t len = 0;
+    unsigned char *data = join_parts(parts, &len);
+    if (!data)
+        return NULL;
+    fiber_ref ref;
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_object_put(data, len, &ref));
+    free(data);
+    if (rc)
+        return fbp_raise(rc, msg);
+    return PyBytes_FromStringAndSize((const char *)ref.bytes, FIBER_REF_LEN);
+}
+
+/* object_get(ref, unpin) -> bytes: the blob, copied.  unpin: release the
+ * pin fiber_object_get takes outside a task once copied (children; the
+ * master's release would drop a reference that put counted). */
+static PyObject *py_object_get(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *refobj;
+    int unpin = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &refobj, &unpin))
+        return NULL;
+    fiber_ref ref;
+    if (ref_of(refobj, &ref) != 0)
+        return NULL;
+    const void *data = NULL;
+    size_t len = 0;
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_object_get(&ref, &data, &len));
+    if (rc)
+        return fbp_raise(rc, msg);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+    if (out) {
+        char *dst = PyBytes_AS_STRING(out);
+        FB_NOGIL(memcpy(dst, data, len));
+    }
+    if (unpin)
+        (void)fiber_object_release(&ref); /* FIBER_ENOKEY in a task: fine */
+    return out;
+}
+
+/* object_release(ref): the master drops one reference put counted. */
+static PyObject *py_object_release(PyObject *self, PyObject *refobj)
+{
+    (void)self;
+    fiber_ref ref;
+    if (ref_of(refobj, &ref) != 0)
+        return NULL;
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_object_release(&ref));
+    if (rc)
+        return fbp_raise(rc, msg);
+    Py_RETURN_NONE;
+}
+
+/* object_stats() -> dict of this process's fiber_object_stats. */
+static PyObject *py_object_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    fiber_object_stats st;
+    int rc = fiber_object_stats_get(&st);
+    if (rc)
+        return fbp_raise_last(rc);
+    return Py_BuildValue(
+        "{sKsKsKsKsKsKsKsKsKsKsK}", "objects",
+        (unsigned long long)st.objects, "bytes_held",
+        (unsigned long long)st.bytes_held, "bytes_served",
+        (unsigned long long)st.bytes_served, "transfers",
+        (unsigned long long)st.transfers, "redirects",
+        (unsigned long long)st.redirects, "fetches",
+        (unsigned long long)st.fetches, "fetch_retries",
+        (unsigned long long)st.fetch_retries, "cache_hits",
+        (unsigned long long)st.cache_hits, "evictions",
+        (unsigned long long)st.evictions, "shm_bytes",
+        (unsigned long long)st.shm_bytes, "maps",
+        (unsigned long long)st.maps);
+}
+
+static PyMethodDef object_methods[] = {
+    {"object_put", py_object_put, METH_O,
+     "object_put(buffer or [buffers]) -> ref: the bytes, joined, into the "
+     "run's object store (master only)."},
+    {"object_get", py_object_get, METH_VARARGS,
+     "object_get(ref, unpin=False) -> bytes: a copy of the blob."},
+    {"object_release", py_object_release, METH_O,
+     "object_release(ref): drops a reference object_put counted."},
+    {"object_stats", py_object_stats, METH_NOARGS,
+     "object_stats() -> dict: this process's shared-object counters."},
+    {NULL, NULL, 0, NULL},
+};
+
+int fbp_object_init(PyObject *m)
+{
+    if (PyModule_AddFunctions(m, object_methods) != 0)
+        return -1;
+    return PyModule_AddIntConstant(m, "REF_LEN", FIBER_REF_LEN);
+}

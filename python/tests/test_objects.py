@@ -1,0 +1,161 @@
+"""fiber.put / ObjectRef: the C object store from Python."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import fiber
+from fiber.objects import Shared
+
+
+def read_at(theta, i):
+    return float(theta[i]), bool(theta.flags.writeable), os.getpid(), id(theta)
+
+
+def resolve_sum(ref):
+    value = ref.get()
+    return float(value["w"].sum()), value["name"]
+
+
+def resolve_in_process(q, ref):
+    q.put(float(ref.get()[7]))
+
+
+def try_resolve(ref):
+    try:
+        ref.get()
+    except KeyError as e:
+        return "KeyError: %s" % e
+    return "resolved"
+
+
+def test_put_get_in_the_master_is_the_same_object():
+    theta = np.arange(10, dtype=np.float32)
+    with fiber.put(theta) as ref:
+        assert ref.get() is theta and fiber.get(ref) is theta
+        assert len(ref.key) == 40
+        assert int.from_bytes(ref.key[32:], "little") > theta.nbytes
+        again = fiber.put(theta)        # same bytes, same ref, one more count
+        assert again == ref and hash(again) == hash(ref)
+        again.release()
+        assert ref.get() is theta       # still held once
+
+
+def test_workers_resolve_once_each_and_get_read_only_views():
+    theta = np.arange(200_000, dtype=np.float32)
+    ref = fiber.put(theta)
+    try:
+        with fiber.Pool(2) as pool:
+            out = pool.map(Shared(read_at, ref), range(40), chunksize=1)
+    finally:
+        ref.release()
+    assert [o[0] for o in out] == [float(i) for i in range(40)]
+    assert not any(o[1] for o in out)           # read-only outside the master
+    per_pid = {}
+    for _, _, pid, oid in out:
+        per_pid.setdefault(pid, set()).add(oid)
+    # each worker decoded the blob once and reused the same array
+    assert all(len(ids) == 1 for ids in per_pid.values()), per_pid
+
+
+def test_a_ref_travels_in_task_arguments_and_queue_messages():
+    value = {"w": np.ones((512, 1024), dtype=np.float64), "name": "policy"}
+    ref = fiber.put(value)
+    try:
+        with fiber.Pool(2) as pool:
+            assert pool.map(resolve_sum, [ref] * 4) == [(512 * 1024.0, "policy")] * 4
+        q = fiber.Queue()
+        arr_ref = fiber.put(np.arange(10.0))
+        p = fiber.Process(target=resolve_in_process, args=(q, arr_ref))
+        p.start()
+        assert q.get(timeout=60) == 7.0
+        p.join(60)
+        assert p.exitcode == 0
+        arr_ref.release()
+    finally:
+        ref.release()
+
+
+def test_a_released_object_is_gone_for_a_process_that_did_not_cache_it():
+    ref = fiber.put(np.zeros(1000))
+    ref.release()
+    with pytest.raises(ValueError, match="nothing to release"):
+        ref.release()
+    with fiber.Pool(1) as pool:
+        msg = pool.apply(try_resolve, (ref,))
+    assert msg.startswith("KeyError") and "released" in msg, msg
+
+
+def test_refs_pickle_as_their_key_and_bad_keys_are_refused():
+    with fiber.put([1, 2, 3]) as ref:
+        copy = pickle.loads(pickle.dumps(ref))
+        assert copy == ref and copy.get() == [1, 2, 3]
+        assert len(pickle.dumps(ref)) < 120
+    with pytest.raises(ValueError, match="40 bytes"):
+        fiber.ObjectRef(b"short")
+    with pytest.raises(TypeError, match="ObjectRef"):
+        fiber.get(b"x" * 40)
+
+
+def test_a_corrupt_blob_is_refused_with_a_clear_error():
+    from fiber import objects
+    with pytest.raises(ValueError, match="not a fiber shared object"):
+        objects._decode(b"XXXX" + bytes(40))
+    with pytest.raises(ValueError, match="truncated"):
+        objects._decode(b"FB")
+    good = b"".join(bytes(p) for p in objects._encode(np.arange(100.0)))
+    with pytest.raises(ValueError, match="runs past"):
+        objects._decode(good[:-8])
+
+
+PUT_IN_CHILD = r'''
+import fiber
+
+def child(q):
+    try:
+        fiber.put(1)
+    except RuntimeError as e:
+        q.put("refused: " + str(e)[:40])
+
+if __name__ == "__main__":
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=child, args=(q,))
+    p.start()
+    print(q.get())
+    p.join()
+'''
+
+
+def test_only_the_master_puts(script):
+    r = script(PUT_IN_CHILD)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("refused: fiber.put(): only the master"), r.stdout
+
+
+def scaled(theta, i, k=1):
+    return float(theta[i]) * k
+
+
+def test_pool_shared_argument_is_put_once_and_released_after_the_call():
+    from fiber import objects
+    theta = np.arange(50_000, dtype=np.float32)
+    with fiber.Pool(2) as pool:
+        assert pool.map(scaled, range(5), chunksize=1, shared=theta) == \
+            [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert pool.map(scaled, range(100), shared=theta)[99] == 99.0
+        assert pool.starmap(scaled, [(3, 2), (4, 3)], shared=theta) == [6.0, 12.0]
+        assert pool.apply(scaled, (7,), {"k": 10}, shared=theta) == 70.0
+        res = pool.map_async(scaled, range(3), shared=theta)
+        assert res.get(60) == [0.0, 1.0, 2.0]
+        got = []
+        res = pool.apply_async(scaled, (9,), shared=theta, callback=got.append)
+        res.wait(60)
+        assert got == [9.0]
+        # None is a value to share too
+        assert pool.apply(lambda_free_is_none, (1,), shared=None) is True
+    assert not objects._held, objects._held      # every put was released
+
+
+def lambda_free_is_none(value, _):
+    return value is None
