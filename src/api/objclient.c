@@ -177,7 +177,9 @@ static int handshake(struct fb_oclient *c)
  * target. */
 static void drain_at_exit(void)
 {
-    fb_oclients_drain(fb_deadline_ms(30000));
+    uint64_t deadline = fb_deadline_ms(30000);
+    fb_pipes_drain(deadline);
+    fb_oclients_drain(deadline);
 }
 
 int fb_oclient_get(const char *addr, const uint8_t token[FB_WIRE_TOKEN_LEN],

@@ -254,6 +254,13 @@ int fb_ocredit_wait(struct fb_oclient *c, struct fb_ocredit *cr,
  * returns, so puts on handles it never freed are not lost at exit. */
 void fb_oclients_drain(uint64_t deadline_ms);
 
+/* Waits until every pipe end of this process that is connected directly
+ * has written what its sends left in its output (the flusher's batches
+ * included), or the deadline passes: a child's target may return, and
+ * the process exit, with a stream's last messages still unwritten
+ * (pipe.c).  Call it before fb_oclients_drain. */
+void fb_pipes_drain(uint64_t deadline_ms);
+
 /* What every handle on a server object holds: the connection, the object
  * id, and the address and token that a serialised handle carries. */
 struct fb_ohandle {

@@ -117,12 +117,38 @@ struct fiber_pipe {
     pthread_t flusher;
     int has_flusher, fl_stop, writing;
     fiber_buf spare;               /* the flusher's batch buffer */
+    fiber_pipe *next_live;         /* the process's ends (fb_pipes_drain) */
     uint64_t last_send_ns;
     int recv_since_send;
     struct fb_spin spin;           /* a recv's wait on the link */
 };
 
 static const char *side_name(int side) { return side ? "pipe-b" : "pipe-a"; }
+
+/* Every end of this process, so that a child's exit can write what its
+ * ends' sends left unwritten (fb_pipes_drain).  live_mu is never taken
+ * while an end's mu is held. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static fiber_pipe *live;
+
+static void live_add(fiber_pipe *p)
+{
+    pthread_mutex_lock(&live_mu);
+    p->next_live = live;
+    live = p;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(fiber_pipe *p)
+{
+    pthread_mutex_lock(&live_mu);
+    fiber_pipe **pp = &live;
+    while (*pp && *pp != p)
+        pp = &(*pp)->next_live;
+    if (*pp)
+        *pp = p->next_live;
+    pthread_mutex_unlock(&live_mu);
+}
 
 static int check_pipe(const fiber_pipe *p)
 {
@@ -154,6 +180,7 @@ static int pipe_end(fiber_pipe **out, int side, const char *srv,
     p->peer_relayed = -1;
     fb_conn_init(&p->link, -1, FB_GATE_HELLO_MAX);
     fb_spin_init(&p->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
+    live_add(p);
     *out = p;
     return 0;
 }
@@ -370,6 +397,8 @@ static int other_end_gone(fiber_pipe *p, const struct fb_oresult *res)
     }
     if (p->state == S_LINKING || p->state == S_LINKED)
         return 0;
+    fb_log_debug("pipe %u %s: the other end is gone (pid %u)", p->rdv,
+                 side_name(p->side), p->peer_pid);
     stop_listening(p);
     p->peer_gone = 1;
     p->state = S_RELAYED;
@@ -387,6 +416,8 @@ static int joined(fiber_pipe *p, const struct fb_oresult *res)
         fb_oresult_item(res, 0, &d, &len) != 0 || len != 4)
         return fb_err(FIBER_EPROTO, "the pipe's rendezvous answered badly");
     memcpy(&verdict, d, 4);
+    fb_log_debug("pipe %u %s: JOIN answered %u in state %d", p->rdv,
+                 side_name(p->side), verdict, p->state);
     if (verdict == FB_PRDV_GONE)
         return other_end_gone(p, res);
     if (p->state == S_RELAYED)
@@ -898,6 +929,10 @@ static int recv_after_peer(fiber_pipe *p, fiber_buf *out)
         return rc;
     if (rc == FIBER_ECLOSED) /* closed by the other end: that says why */
         return rc;
+    fb_log_debug("pipe %u %s: end of stream after %llu relayed messages "
+                 "(state %d, gone %d, broken %d)", p->rdv, side_name(p->side),
+                 (unsigned long long)p->got_relayed, p->state, p->peer_gone,
+                 p->broken);
     p->drained = 1;
     return p->peer_gone ? gone_error(p) : link_error(p);
 }
@@ -1121,6 +1156,7 @@ FIBER_API void fiber_pipe_free(fiber_pipe *p)
 {
     if (!p || check_pipe(p))
         return;
+    live_remove(p);
     pthread_mutex_lock(&p->mu);
     p->magic = 0;
     if (p->link.fd >= 0 && !p->broken)
@@ -1138,6 +1174,19 @@ FIBER_API void fiber_pipe_free(fiber_pipe *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cond);
     free(p);
+}
+
+void fb_pipes_drain(uint64_t deadline_ms)
+{
+    pthread_mutex_lock(&live_mu);
+    for (fiber_pipe *p = live; p; p = p->next_live) {
+        pthread_mutex_lock(&p->mu);
+        if (p->link.fd >= 0 && !p->broken &&
+            (p->state == S_LINKING || p->state == S_LINKED))
+            drain_to(p, 0, fb_ms_left(deadline_ms), deadline_ms);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&live_mu);
 }
 
 /* For tests: whether p is linked directly (1), and where it listens while

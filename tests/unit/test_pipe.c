@@ -146,6 +146,20 @@ FIBER_TASK(hold_and_go)
     return 0;
 }
 
+/* Sends count numbered messages pipelined and returns without freeing
+ * or closing its end, as a Python target does (its process then exits). */
+FIBER_TASK(send_and_return)
+{
+    struct job j;
+    fiber_pipe *p;
+    if (open_job(arg, len, &p, &j) != 0)
+        return 100;
+    for (int32_t i = 0; i < j.count; i++)
+        if (fiber_pipe_send(p, &i, sizeof i, -1) != 0)
+            return 101;
+    return 0;
+}
+
 static struct job job_for(fiber_pipe *end, int count)
 {
     struct job j = {.count = count};
@@ -392,6 +406,34 @@ TEST(a_peer_that_never_used_its_end_ends_the_stream)
     CHECK_EQ(finish(p), 0);
     fiber_buf_free(&got);
     fiber_pipe_free(a);
+}
+
+/* A child streams over the link and its target returns without freeing
+ * its end: the messages its flusher had not yet written when the target
+ * returned still arrive (the child drains its ends before it exits; the
+ * last batch was lost before), then FIBER_ECLOSED. */
+TEST(a_stream_whose_sender_returns_without_freeing_arrives_whole)
+{
+    for (int round = 0; round < 3; round++) {
+        fiber_pipe *tx, *rx;
+        CHECK_OK(fiber_pipe_create(&tx, &rx, 0));
+        fiber_buf got = {0};
+        CHECK_ERR(fiber_pipe_recv(rx, &got, 0), FIBER_EAGAIN);
+        struct job j = job_for(tx, 20000);
+        fiber_pipe_free(tx);
+        fiber_process *p = start("send_and_return", &j);
+        for (int32_t i = 0; i < 20000; i++) {
+            got.len = 0;
+            CHECK_OK(fiber_pipe_recv(rx, &got, 20000));
+            int32_t v;
+            memcpy(&v, got.data, sizeof v);
+            CHECK_EQ(v, i);
+        }
+        CHECK_ERR(fiber_pipe_recv(rx, &got, 20000), FIBER_ECLOSED);
+        CHECK_EQ(finish(p), 0);
+        fiber_buf_free(&got);
+        fiber_pipe_free(rx);
+    }
 }
 
 /* Waits until the peer on fd closed its side; 1 when it did. */
