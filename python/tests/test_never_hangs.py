@@ -164,6 +164,35 @@ if __name__ == "__main__":
 ''', timeout=180))
 
 
+def test_an_end_handed_on_by_a_child_that_then_exits(script):
+    """Uber Fiber's test_sharing_pipe_with_fiber_and_multiprocessing: a
+    fiber child hands its end to a multiprocessing child and exits before
+    that one opens it; the end is not gone (HANDED), the message
+    arrives."""
+    ok(script('''
+import multiprocessing as mp
+import time
+import fiber
+
+def write_pipe(conn, data):
+    time.sleep(0.5)             # after the fiber child has exited
+    conn.send(data)
+
+def hand_on(conn):
+    p = mp.get_context("spawn").Process(target=write_pipe,
+                                        args=(conn, "from its mp child"))
+    p.start()
+
+if __name__ == "__main__":
+    reader, writer = fiber.Pipe()
+    p = fiber.Process(target=hand_on, args=(writer,))
+    p.start()
+    assert reader.recv() == "from its mp child"
+    p.join(60)
+    print("OK")
+''', timeout=120))
+
+
 def test_fiber_queue_in_a_multiprocessing_fork_child_fails_at_once(script):
     """A forked child shares its parent's connections: it cannot use them,
     and says so at once (exit 1, the reason on its stderr) instead of

@@ -108,6 +108,8 @@ struct fiber_pipe {
                                       only holder ended (GONE) */
     int drained;                   /* ... and its relayed queue is empty */
     uint32_t peer_pid;             /* who held it, for the message */
+    int held;                      /* the rendezvous knows this handle as
+                                      its side's holder (HOLD or JOIN) */
     uint64_t sent_relayed, got_relayed;
     int64_t peer_relayed;          /* -1 until the peer's PIPE_LINK */
     int closed;                    /* this end's sending direction */
@@ -457,6 +459,8 @@ static int join(fiber_pipe *p)
                                                        : 0}};
     struct fb_oresult res = {0};
     int rc = rdv_call(p, FB_PRDV_JOIN, items, 4, &res);
+    if (rc == 0)
+        p->held = 1;
     if (rc == 0 && (p->state <= S_WAITING || p->state == S_RELAYED))
         rc = joined(p, &res);
     p->rejoin_ms = fb_now_ms() +
@@ -1025,6 +1029,14 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
         return fb_err(FIBER_EINVAL, "fiber_pipe_serialize: out is NULL");
     pthread_mutex_lock(&p->mu);
     int linked = p->state >= S_DIALING && p->state <= S_LINKED;
+    if (!linked && p->held) {
+        /* The holder hands its side on: the side must not be declared
+         * gone when this process ends before the next holder opens it. */
+        uint32_t side = (uint32_t)p->side;
+        fiber_iov it = {&side, 4};
+        if (rdv_call(p, FB_PRDV_HANDED, &it, 1, NULL) != 0)
+            fb_log_debug("pipe: HANDED failed: %s", fiber_last_error());
+    }
     pthread_mutex_unlock(&p->mu);
     if (linked)
         return fb_err(FIBER_ESTATE,
@@ -1050,6 +1062,8 @@ static void hold(fiber_pipe *p)
     pthread_mutex_lock(&p->mu);
     if (rdv_call(p, FB_PRDV_HOLD, items, 3, NULL) != 0)
         fb_log_debug("pipe: HOLD failed: %s", fiber_last_error());
+    else
+        p->held = 1;
     pthread_mutex_unlock(&p->mu);
 }
 

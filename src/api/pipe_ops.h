@@ -18,6 +18,10 @@
  *             from its serialised form says which process holds the side
  *             before it is used (so that the side is gone when that
  *             process ends without using it).  Answers nothing.
+ *   HANDED    items: u32 side.  A handle that holds its side (it was
+ *             opened or used in this process) was serialised: another
+ *             process may open the side later, so the side is never
+ *             declared gone.  Answers nothing.
  */
 #ifndef FB_PIPE_OPS_H
 #define FB_PIPE_OPS_H
@@ -27,6 +31,7 @@
 #define FB_PRDV_JOIN (FB_OP_KIND + 0)
 #define FB_PRDV_FALLBACK (FB_OP_KIND + 1)
 #define FB_PRDV_HOLD (FB_OP_KIND + 2)
+#define FB_PRDV_HANDED (FB_OP_KIND + 3)
 
 /* JOIN's verdicts. */
 #define FB_PRDV_WAIT 0    /* listen: the other end will dial this one */

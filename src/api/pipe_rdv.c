@@ -18,7 +18,8 @@
  * opened it (HOLD; the master's handles from fiber_pipe_create hold
  * nothing until used).  When the holder's connection goes away (its
  * process ended, or it freed the handle and held nothing else on this
- * server) and no other handle of that side was seen, the side is gone, and
+ * server) and no other handle of that side was seen (nor a holder
+ * serialised it: HANDED), the side is gone, and
  * the other end's next JOIN is answered GONE: it takes what is left on
  * its relayed queue, then reports the end of the stream, instead of
  * waiting for an end that no process holds.
@@ -184,6 +185,16 @@ static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
         prdv_join(d, req);
     else if (req->op == FB_PRDV_HOLD)
         prdv_hold(d, req);
+    else if (req->op == FB_PRDV_HANDED) {
+        uint32_t s = 2;
+        if (req->count != 1 || fb_item_u32(req, 0, &s) != 0 || s > 1) {
+            fb_oreq_fail(req, FIBER_EINVAL, "HANDED wants a side (0 or 1)");
+            return 1;
+        }
+        d->side[s].several = 1; /* a holder may come later: never gone */
+        d->side[s].gone = 0;
+        fb_oreq_reply(req, 0, NULL, 0);
+    }
     else if (req->op == FB_PRDV_FALLBACK) {
         if (d->mode != M_RELAYED)
             fb_log_info("pipe: the ends could not connect directly; the "
