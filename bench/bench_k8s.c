@@ -25,8 +25,8 @@
 #include <fiber/fiber.h>
 
 #include "bench_common.h"
-#include "core/child.h"
-#include "core/runtime.h"
+#include "runtime/child.h"
+#include "runtime/runtime.h"
 
 #define PROG "bench-k8s"
 #define MANY 32

@@ -43,7 +43,7 @@
 
 #include <fiber/fiber.h>
 
-#include "api/objsrv.h" /* fb_mobj_shared */
+#include "objsrv/objsrv.h" /* fb_mobj_shared */
 
 #include "bench_common.h"
 

@@ -64,11 +64,11 @@
 
 #include <fiber/fiber.h>
 
-#include "api/pool_int.h"
+#include "pool/pool_int.h"
 #include "bench_common.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
 #include "net/net.h"
+#include "runtime/runtime.h"
 #include "wire/wire.h"
 
 #define PROG "soak"

@@ -1595,6 +1595,11 @@ FIBER_API int fiber_backend_check(const char *backend, char *detail,
  * (fiber_backend_check does). */
 FIBER_API int fiber_backend_known(const char *backend);
 
+/* Returns the name of backend i of this build (0, 1, ... in the order
+ * `fiber doctor` lists them: "local" first), or NULL when i is past the
+ * last.  The strings are static. */
+FIBER_API const char *fiber_backend_name(size_t i);
+
 /* One job of a run, as fiber_runs_list() found it.  The strings are
  * never NULL, may be of any length, and belong to the list (freed by
  * fiber_run_list_free()). */

@@ -69,12 +69,13 @@ def test_allreduce_broadcast_and_members_on_four_members(script):
 
 
 DEATH = r'''
-import os, time
+import functools, os, time
 import numpy as np
+import fiber
 from fiber.experimental import Ring
 from fiber.experimental import ring as fring
 
-def member(rank, size):
+def member(q, rank, size):
     a = np.ones(1 << 16, dtype=np.float32)
     fring.allreduce(a)                      # all four take part
     if rank == 1:
@@ -82,16 +83,21 @@ def member(rank, size):
     try:
         fring.allreduce(a, timeout=60)
     except Exception as e:
-        print("rank %d: %s: %s" % (rank, type(e).__name__, e), flush=True)
+        q.put("rank %d: %s: %s" % (rank, type(e).__name__, e))
         raise SystemExit(3)
-    print("rank %d: second allreduce returned" % rank, flush=True)
+    q.put("rank %d: second allreduce returned" % rank)
 
 if __name__ == "__main__":
+    # The members report through a queue: on Slurm or Kubernetes a job's
+    # output is not the master's.
+    q = fiber.SimpleQueue()
     t0 = time.monotonic()
     try:
-        Ring(4, member, members=False).run(timeout=120)
+        Ring(4, functools.partial(member, q), members=False).run(timeout=120)
     except RuntimeError as e:
         print("run:", e)
+    for _ in range(3):
+        print(q.get())
     print("took %.1f s" % (time.monotonic() - t0))
 '''
 

@@ -9,13 +9,13 @@
 
 #include "backend/backend.h"
 #include "backend/runops.h"
-#include "core/common.h"
+#include "base/common.h"
 
 /* The registry: every backend's two tables, its job ops (backend.h) and
  * its run ops (runops.h), under the same name.  Adding a backend is one
  * folder and one line here.  local comes first: it owns the run
  * directories of this host, and its list op runs before the others
- * (api/runs.c relies on both). */
+ * (runs/runs.c relies on both). */
 static const struct {
     const struct fb_backend_ops *jobs;
     const struct fb_run_ops *runs;
@@ -70,6 +70,17 @@ const struct fb_run_ops *fb_run_ops_at(size_t i)
     return i < FB_ARRAY_LEN(registry) ? registry[i].runs : NULL;
 }
 
+int fb_backend_restarts(void)
+{
+    for (size_t i = 0; i < FB_ARRAY_LEN(registry); i++) {
+        const struct fb_backend_ops *ops = registry[i].jobs;
+        int n = ops->restarts ? ops->restarts() : 0;
+        if (n > 0)
+            return n;
+    }
+    return 0;
+}
+
 int fb_backend_master_boot(struct fb_config *cfg)
 {
     const struct fb_backend_ops *ops = fb_backend_find(cfg->backend);
@@ -105,7 +116,7 @@ int fb_exit_status_of_code(long long code)
 }
 
 int fb_backend_open(struct fb_backend **out, const char *name,
-                    const struct fb_config *cfg)
+                    const struct fb_config *cfg, const char *run_id)
 {
     const struct fb_backend_ops *ops = fb_backend_find(name);
     if (!ops)
@@ -115,6 +126,7 @@ int fb_backend_open(struct fb_backend **out, const char *name,
         return fb_err(FIBER_ENOMEM, "out of memory opening backend");
     be->ops = ops;
     be->cfg = cfg;
+    be->run_id = run_id;
     if (ops->state_size) {
         be->state = calloc(1, ops->state_size);
         if (!be->state) {

@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
 #include "fiber/fiber.h"
+#include "runtime/config.h"
 
 enum fb_job_state {
     FB_JOB_RUNNING = 0, /* created; may still be queued by the engine */
@@ -84,6 +84,8 @@ struct fb_job {
 struct fb_backend {
     const struct fb_backend_ops *ops;
     const struct fb_config *cfg; /* valid from init to fini */
+    const char *run_id;          /* the run's id (runtime/runid.h); valid
+                                    from init to fini */
     void *state;                 /* state_size bytes for the backend */
 };
 
@@ -169,6 +171,13 @@ struct fb_backend_ops {
      * May block on the engine for a while (kubernetes: waits for the
      * previous master's pod to end).  0 or a code: fiber_init fails. */
     int (*master_boot)(const struct fb_config *cfg, int *resumed);
+
+    /* Optional (NULL: never).  In any master, whatever backend it is
+     * configured for: how many times its engine says it restarted the
+     * program (Slurm's SLURM_RESTART_COUNT of a requeued job), from the
+     * environment, or 0.  For fiber_resumed() when the configuration's
+     * `resumed` is 0.  Must not block. */
+    int (*restarts)(void);
 };
 
 /* Writes the path of the program spec runs to out: spec->program, with
@@ -204,8 +213,13 @@ const char *fb_backend_names(void);
  * backend's master_boot, if it has one, and raises cfg->resumed to what
  * it says. */
 int fb_backend_master_boot(struct fb_config *cfg);
+/* The first positive count a backend's restarts op gives, in the
+ * registry's order, else 0. */
+int fb_backend_restarts(void);
+/* Opens backend name for the run run_id with the configuration cfg (both
+ * must outlive it: they are be->run_id and be->cfg). */
 int fb_backend_open(struct fb_backend **out, const char *name,
-                    const struct fb_config *cfg);
+                    const struct fb_config *cfg, const char *run_id);
 void fb_backend_close(struct fb_backend *be);
 int fb_backend_create_job(struct fb_backend *be,
                           const struct fb_job_spec *spec, struct fb_job **out);

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "backend/runops.h"
-#include "core/common.h"
+#include "base/common.h"
 
 fiber_run_info *fb_runs_find(fiber_run_list *l, const char *run)
 {

@@ -6,9 +6,9 @@
  *
  * backend.h's fb_backend_ops start and watch the jobs of a running master;
  * these act from outside a run, in a process that need not be its master
- * (the fiber command), and need no fiber_init().  api/ dispatches to them
+ * (the fiber command), and need no fiber_init().  runs/ dispatches to them
  * through the registry (backend.c) and names no backend itself.  An op
- * may be NULL where a backend cannot do that yet: api/ then answers
+ * may be NULL where a backend cannot do that yet: runs/ then answers
  * FIBER_ENOTSUP naming the backend.
  *
  * Threading: called from the caller's thread, no lock held; each op may
@@ -23,12 +23,13 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fiber/fiber.h"
 
 /* What fiber_run_start hands a backend's start op. */
 struct fb_run_start {
-    const char *run;             /* the new run's id (core/runid.h) */
+    const char *run;             /* the new run's id (runtime/runid.h) */
     const char *const *argv;     /* argv[0] as the caller gave it */
     const fiber_run_opts *opts;  /* never NULL */
     const char *const *vars;     /* "NAME=value" for the master: the run id
@@ -38,7 +39,7 @@ struct fb_run_start {
     size_t n_vars;
 };
 
-/* The handle behind fiber_run; api/ allocates and frees it, the backend's
+/* The handle behind fiber_run; runs/ allocates and frees it, the backend's
  * start op fills it in. */
 struct fiber_run {
     unsigned magic;
@@ -93,7 +94,7 @@ struct fb_run_ops {
     int (*list)(fiber_run_list *l, const char *only);
     /* Appends the logs of r's job named job (NULL: all, each headed by
      * "==> <name> <==" when headings) to out.  FIBER_ENOKEY: no such
-     * job or nothing logged (out unchanged; api/ then tries the run's
+     * job or nothing logged (out unchanged; runs/ then tries the run's
      * other backend and says what is missing in its own words). */
     int (*logs)(const fiber_run_info *r, const char *job, int headings,
                 fiber_buf *out);
@@ -105,6 +106,20 @@ struct fb_run_ops {
      * ended pods, job records, files); named: the user asked for this run
      * by name.  A line per removal in report. */
     int (*clean)(const fiber_run_info *r, int named, fiber_buf *report);
+
+    /* Optional (NULL: this backend's masters keep their run directory on
+     * the host that started them).  For fiber top (runs/watch.c), on a run
+     * with no run directory here: where its master listens, whether its
+     * connections are encrypted, and the run's token (token_len bytes), as
+     * the engine knows them.  Returns 0, 1 (this backend is not configured
+     * here: not its run to find), or the code of what failed. */
+    int (*contact)(const char *run, char *addr, size_t size, int *encrypted,
+                   uint8_t *token, size_t token_len);
+    /* With contact: where it looked, for a message ("on the Kubernetes
+     * cluster"), and why a run of this backend whose contact found nothing
+     * cannot be watched (the rest of "run 'R' ..."). */
+    const char *contact_where;
+    const char *contact_missing;
 };
 
 /* The registry (backend.c): the run ops of backend name, or NULL with a

@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "net/net.h"
 #include "net/secure.h"
 

@@ -7,10 +7,10 @@
 
 #include <sodium.h>
 
-#include "core/common.h"
-#include "core/log.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "base/log.h"
 #include "net/gate.h"
+#include "net/net.h"
 
 /* A burst of evictions ends after this long without one. */
 #define BURST_QUIET_MS 1000
@@ -108,7 +108,7 @@ static void evict_oldest(struct fb_gate *g)
 void fb_gate_add(struct fb_gate *g, struct fb_gate_peer *p,
                  struct fb_conn *conn)
 {
-    const struct fb_config *cfg = fb_rt_config();
+    const struct fb_net_config *cfg = fb_net_config();
     int cap = g->cap ? g->cap : cfg->max_pending_connections;
     int timeout = g->timeout_ms ? g->timeout_ms : cfg->connect_timeout_ms;
     while (g->oldest && g->n >= cap)

@@ -84,8 +84,10 @@ struct fb_gate_peer {
 
 struct fb_gate {
     const char *who;   /* names the server in the log ("object server") */
-    int cap;           /* 0: max_pending_connections, read at each add */
-    int timeout_ms;    /* 0: connect_timeout_ms, read at each add */
+    int cap;        /* 0: max_pending_connections (fb_net_config), read
+                       at each add */
+    int timeout_ms; /* 0: connect_timeout_ms (fb_net_config), read at each
+                       add */
     /* Closes p's connection and frees the record that holds it; p is
      * already out of the gate. */
     void (*close)(struct fb_gate_peer *p, void *arg);
@@ -97,7 +99,7 @@ struct fb_gate {
     void *arg;
     /* 1: a HELLO that names job 0 (FB_GATE_WATCHER_JOB) is held to the
      * token alone, not to the build id: the master's watchers (`fiber
-     * top`, core/stats_srv.c) are another program than the run's.  The
+     * top`, runtime/stats_srv.c) are another program than the run's.  The
      * caller tells a watcher from a job by that job id. */
     int watchers;
     struct fb_gate_peer *newest, *oldest;

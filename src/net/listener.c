@@ -8,8 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/common.h"
-#include "core/thread.h"
+#include "base/common.h"
+#include "base/thread.h"
 #include "net/gate.h"
 #include "net/listener.h"
 #include "net/net.h"
@@ -88,6 +88,26 @@ void fb_listener_join(struct fb_listener *l)
     }
     pthread_join(l->thread, NULL);
     l->has_thread = 0;
+}
+
+int fb_listener_serve(struct fb_listener *l, struct fb_gate *g,
+                      const char *addr, const char *who, void *listen_tag,
+                      void *stop_tag,
+                      void (*gate_close)(struct fb_gate_peer *p, void *arg),
+                      void *(*fn)(void *), void *arg, const char *thread)
+{
+    fb_listener_init(l);
+    fb_gate_init(g, who, 0, 0, gate_close, arg);
+    int rc = fb_listener_open(l, addr, listen_tag, stop_tag, who);
+    if (rc == 0 && fn)
+        rc = fb_listener_start(l, fn, arg, thread);
+    return rc;
+}
+
+void fb_listener_halt(struct fb_listener *l, struct fb_gate *g)
+{
+    fb_listener_join(l);
+    fb_gate_clear(g);
 }
 
 void fb_listener_close(struct fb_listener *l)

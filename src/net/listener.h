@@ -1,14 +1,15 @@
 /*
  * listener.h -- the part of a server around its connections that the
- * object server (api/objsrv.c) and the blob server (api/objserve.c)
+ * object server (objsrv/objsrv.c) and the blob server (store/objserve.c)
  * share: the listening socket, one epoll set holding it and a stop
  * eventfd, and the thread that serves them.
  *
- * Lifecycle: fb_listener_init, fb_listener_open, then (for a server with
- * a thread of its own) fb_listener_start; to stop, fb_listener_join
- * (wakes the thread through the stop eventfd and waits for it), then the
- * server closes its connections, then fb_listener_close.  The server's
- * thread returns once it sees the stop tag among its events.
+ * Lifecycle: fb_listener_serve (init, the server's gate, open, and for a
+ * server with a thread of its own start); to stop, fb_listener_halt
+ * (fb_listener_join wakes the thread through the stop eventfd and waits
+ * for it; the gate is emptied), then the server closes its connections,
+ * then fb_listener_close.  The server's thread returns once it sees the
+ * stop tag among its events.
  */
 #ifndef FB_NET_LISTENER_H
 #define FB_NET_LISTENER_H
@@ -16,6 +17,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "net/gate.h"
 #include "net/net.h"
 #include "wire/wire.h"
 
@@ -64,5 +66,22 @@ void fb_listener_join(struct fb_listener *l);
 
 /* Closes what is open and removes a unix socket's file. */
 void fb_listener_close(struct fb_listener *l);
+
+/* The start every server shares: l and its gate g set up (who names the
+ * server in the gate's logs and the setup's errors; gate_close(peer, arg)
+ * closes a peer the gate drops), l listening on addr (listen_tag,
+ * stop_tag: fb_listener_open), and, when fn is not NULL, the thread
+ * fn(arg) serving it (thread names it in errors).  Returns 0 or the code;
+ * on failure what is open stays open: the server stops as usual
+ * (fb_listener_halt, then fb_listener_close). */
+int fb_listener_serve(struct fb_listener *l, struct fb_gate *g,
+                      const char *addr, const char *who, void *listen_tag,
+                      void *stop_tag,
+                      void (*gate_close)(struct fb_gate_peer *p, void *arg),
+                      void *(*fn)(void *), void *arg, const char *thread);
+
+/* The first half of every server's stop: its thread stopped
+ * (fb_listener_join) and the peers still in its gate closed. */
+void fb_listener_halt(struct fb_listener *l, struct fb_gate *g);
 
 #endif /* FB_NET_LISTENER_H */

@@ -154,7 +154,8 @@ void fb_conn_write_now(struct fb_conn *c, uint8_t *data, size_t len);
 int fb_conn_secure(struct fb_conn *c, int role, const uint8_t *psk);
 
 /* 1 if a connection to or from addr must be encrypted: addr is "tcp:..."
- * and the configuration's `encryption` is on.  Unix sockets never are. */
+ * and the configuration's `encryption` is on (fb_net_configure).  Unix
+ * sockets never are. */
 int fb_net_encrypts(const char *addr);
 
 /* fb_conn_secure(c, role, psk) when fb_net_encrypts(addr), else nothing:
@@ -162,5 +163,21 @@ int fb_net_encrypts(const char *addr);
  * dialed, or the listener's own address for an accepted conn. */
 int fb_conn_secure_for(struct fb_conn *c, const char *addr, int role,
                        const uint8_t *psk);
+
+/* ---- what net/ takes from the configuration (settings.c) ---------------- */
+
+/* net/ sits below the runtime and never asks it: the runtime hands these
+ * down (fb_net_configure) when it loads the configuration and whenever
+ * fiber_config_set() changes it.  Until then every field is 0. */
+struct fb_net_config {
+    int encryption;              /* encrypt tcp: connections (secure.c) */
+    int max_pending_connections; /* a gate's cap when it names none */
+    int connect_timeout_ms;      /* a gate's deadline when it names none */
+};
+
+/* Replaces the settings (a copy is kept). */
+void fb_net_configure(const struct fb_net_config *c);
+/* The settings in force. */
+const struct fb_net_config *fb_net_config(void);
 
 #endif /* FB_NET_H */

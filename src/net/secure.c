@@ -52,8 +52,8 @@
 
 #include <sodium.h>
 
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "base/endian.h"
 #include "net/net.h"
 #include "net/secure.h"
 
@@ -89,18 +89,6 @@ struct fb_secure {
     size_t wire_off;
     size_t sealed;           /* c->out up to here is in `wire` */
 };
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
 
 static void make_nonce(uint8_t n[NONCE_LEN], uint64_t seq)
 {
@@ -341,7 +329,7 @@ static int open_records(struct fb_conn *c)
         size_t have = s->raw.len - s->raw_off;
         if (have < LEN_LEN)
             return 0;
-        uint32_t n = get_le32(r);
+        uint32_t n = fb_get_le32(r);
         size_t limit = (s->rx_seq == 0 ? FIRST_MAX : RECORD_MAX) + TAG_LEN;
         if (n < TAG_LEN || n > limit)
             return fail_record(c, "encrypted record of %u bytes is outside "
@@ -431,7 +419,7 @@ static void seal_record(struct fb_secure *s, uint8_t *rec, const uint8_t *p,
                         size_t n)
 {
     uint8_t nonce[NONCE_LEN];
-    put_le32(rec, (uint32_t)(n + TAG_LEN));
+    fb_put_le32(rec, (uint32_t)(n + TAG_LEN));
     make_nonce(nonce, s->tx_seq++);
     crypto_aead_chacha20poly1305_ietf_encrypt_detached(
         rec + LEN_LEN, rec + LEN_LEN + n, NULL, p, n, rec, LEN_LEN, NULL,
@@ -586,7 +574,7 @@ static void seal_write_in_place(struct fb_conn *c, uint8_t *p, size_t n,
     while (n > 0) {
         size_t k = n < record_cap(s) ? n : record_cap(s);
         uint8_t len[LEN_LEN], tag[TAG_LEN], nonce[NONCE_LEN];
-        put_le32(len, (uint32_t)(k + TAG_LEN));
+        fb_put_le32(len, (uint32_t)(k + TAG_LEN));
         make_nonce(nonce, s->tx_seq++);
         crypto_aead_chacha20poly1305_ietf_encrypt_detached(
             p, tag, NULL, p, k, len, LEN_LEN, NULL, nonce, s->tx_key);
@@ -617,7 +605,8 @@ void fb_sec_write_now(struct fb_conn *c, uint8_t *data, size_t len,
 
 int fb_net_encrypts(const char *addr)
 {
-    return addr && strncmp(addr, "tcp:", 4) == 0 && fb_rt_config()->encryption;
+    return addr && strncmp(addr, "tcp:", 4) == 0 &&
+           fb_net_config()->encryption;
 }
 
 int fb_conn_secure_for(struct fb_conn *c, const char *addr, int role,

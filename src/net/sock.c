@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "net/net.h"
 
 struct addr {

@@ -135,8 +135,6 @@ int cmd_doctor(int argc, char **argv)
     if (optind < argc)
         return tool_usage("doctor", "unexpected argument '%s'", argv[optind]);
 
-    static const char *const backends[] = {"local", "docker", "slurm",
-                                           "kubernetes"};
     char configured[64];
     int crc = fiber_config_get("backend", configured, sizeof configured);
     if (crc) {
@@ -145,15 +143,16 @@ int cmd_doctor(int argc, char **argv)
     }
     int configured_ok = 0;
     printf("%-11s %-12s %s\n", "BACKEND", "STATUS", "DETAIL");
-    for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {
+    const char *backend;
+    for (size_t i = 0; (backend = fiber_backend_name(i)) != NULL; i++) {
         char detail[1024];
-        int rc = fiber_backend_check(backends[i], detail, sizeof detail);
+        int rc = fiber_backend_check(backend, detail, sizeof detail);
         const char *status = rc == 0                    ? "ok"
                              : rc == FIBER_ENOTSUP      ? "unavailable"
                              : rc == FIBER_EUNREACHABLE ? "unreachable"
                                                         : "error";
-        printf("%-11s %-12s %s\n", backends[i], status, detail);
-        if (strcmp(configured, backends[i]) == 0)
+        printf("%-11s %-12s %s\n", backend, status, detail);
+        if (strcmp(configured, backend) == 0)
             configured_ok = rc == 0;
     }
     if (!configured[0]) {

@@ -15,44 +15,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
+#include "base/endian.h"
 #include "wire/wire.h"
-
-/* ---- little-endian integers ------------------------------------------- */
-
-static void put_le16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    put_le32(p, (uint32_t)v);
-    put_le32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get_le16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
-}
+#include "wire/wire_int.h"
 
 /* Converting an out-of-range unsigned value to a signed type is
  * implementation-defined in C, so the two's-complement reading is spelled
@@ -168,12 +134,10 @@ static int str_check(const struct str_rule *rule, const uint8_t *s, size_t n,
 /* ---- decoding ------------------------------------------------------------ */
 
 /* Writes a decoding failure into err (when the caller gave room for it) and
- * into the thread's last error, and returns FIBER_EPROTO. */
-static int proto_fail(char *err, size_t errlen, const char *fmt, ...)
-    FIBER_PRINTF(3, 4);
-static int proto_fail(char *err, size_t errlen, const char *fmt, ...)
+ * into the thread's last error, and returns FIBER_EPROTO (wire_int.h). */
+int fb_wire_fail(char *err, size_t errlen, const char *fmt, ...)
 {
-    char msg[256];
+    char msg[300];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -191,32 +155,32 @@ int fb_wire_hdr_decode(const uint8_t *in, size_t avail, uint32_t max_payload,
     uint32_t limit = max_payload < FB_WIRE_PAYLOAD_HARD_MAX
                          ? max_payload
                          : FB_WIRE_PAYLOAD_HARD_MAX;
-    unsigned magic = get_le16(in), version = in[2], type = in[3];
-    unsigned flags = get_le16(in + 4), reserved = get_le16(in + 6);
-    uint32_t len = get_le32(in + 20);
+    unsigned magic = fb_get_le16(in), version = in[2], type = in[3];
+    unsigned flags = fb_get_le16(in + 4), reserved = fb_get_le16(in + 6);
+    uint32_t len = fb_get_le32(in + 20);
     if (magic != FB_WIRE_MAGIC)
-        return proto_fail(err, errlen, "header magic: 0x%04x, want 0x%04x",
+        return fb_wire_fail(err, errlen, "header magic: 0x%04x, want 0x%04x",
                           magic, FB_WIRE_MAGIC);
     if (version != FB_WIRE_VERSION)
-        return proto_fail(err, errlen, "header version: %u, want %u", version,
+        return fb_wire_fail(err, errlen, "header version: %u, want %u", version,
                           FB_WIRE_VERSION);
     if (!type_known(type))
-        return proto_fail(err, errlen, "header type: unknown value %u", type);
+        return fb_wire_fail(err, errlen, "header type: unknown value %u", type);
     if (flags != 0)
-        return proto_fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                           "header flags: 0x%04x, want 0 (none are defined)",
                           flags);
     if (reserved != 0)
-        return proto_fail(err, errlen, "header reserved: 0x%04x, want 0",
+        return fb_wire_fail(err, errlen, "header reserved: 0x%04x, want 0",
                           reserved);
     if (len > limit)
-        return proto_fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                           "header len: %" PRIu32 " bytes exceeds the limit of "
                           "%" PRIu32,
                           len, limit);
     *h = (struct fb_wire_hdr){.type = (uint8_t)type,
-                              .code = to_int32(get_le32(in + 8)),
-                              .id = get_le64(in + 12),
+                              .code = to_int32(fb_get_le32(in + 8)),
+                              .id = fb_get_le64(in + 12),
                               .len = len};
     return 0;
 }
@@ -240,7 +204,7 @@ static int rd_fail(struct reader *r, const char *field, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    return proto_fail(r->err, r->errlen, "%s %s: %s", r->msg, field, why);
+    return fb_wire_fail(r->err, r->errlen, "%s %s: %s", r->msg, field, why);
 }
 
 /* Takes the next n bytes, or fails naming field when fewer are left.
@@ -266,7 +230,7 @@ static int rd_u32(struct reader *r, const char *field, uint32_t *v)
     const uint8_t *p;
     int rc = rd_take(r, field, 4, &p);
     if (rc == 0)
-        *v = get_le32(p);
+        *v = fb_get_le32(p);
     return rc;
 }
 
@@ -275,7 +239,7 @@ static int rd_u64(struct reader *r, const char *field, uint64_t *v)
     const uint8_t *p;
     int rc = rd_take(r, field, 8, &p);
     if (rc == 0)
-        *v = get_le64(p);
+        *v = fb_get_le64(p);
     return rc;
 }
 
@@ -375,7 +339,7 @@ int fb_wire_get_text(const uint8_t *p, size_t len, struct fb_msg_text *m,
 {
     char why[128];
     if (str_check(&rule_text, p, len, why, sizeof why))
-        return proto_fail(err, errlen, "text: %s", why);
+        return fb_wire_fail(err, errlen, "text: %s", why);
     m->text = (const char *)p;
     m->len = (uint32_t)len;
     return 0;
@@ -385,7 +349,7 @@ int fb_wire_get_empty(size_t len, char *err, size_t errlen)
 {
     if (len == 0)
         return 0;
-    return proto_fail(err, errlen,
+    return fb_wire_fail(err, errlen,
                       "payload: length %zu, want 0 (this message carries none)",
                       len);
 }
@@ -482,7 +446,7 @@ int fb_wire_get_result(const uint8_t *p, size_t len, int32_t count,
 void fb_wire_task_next(const uint8_t **cursor, const void **arg,
                        uint32_t *len)
 {
-    *len = get_le32(*cursor);
+    *len = fb_get_le32(*cursor);
     *arg = *cursor + 4;
     *cursor += 4 + (size_t)*len;
 }
@@ -490,8 +454,8 @@ void fb_wire_task_next(const uint8_t **cursor, const void **arg,
 void fb_wire_result_next(const uint8_t **cursor, int32_t *rc,
                          const void **data, uint32_t *len)
 {
-    *rc = to_int32(get_le32(*cursor));
-    *len = get_le32(*cursor + 4);
+    *rc = to_int32(fb_get_le32(*cursor));
+    *len = fb_get_le32(*cursor + 4);
     *data = *cursor + 8;
     *cursor += 8 + (size_t)*len;
 }
@@ -636,7 +600,7 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
     int stats = fb_wire_check_stats(h, p, err, errlen);
     if (stats != 1)
         return stats;
-    return proto_fail(err, errlen, "header type: unknown value %u", h->type);
+    return fb_wire_fail(err, errlen, "header type: unknown value %u", h->type);
 }
 
 /* ---- encoding ------------------------------------------------------------ */
@@ -644,14 +608,14 @@ int fb_wire_check_payload(const struct fb_wire_hdr *h, const uint8_t *p,
 void fb_wire_hdr_encode(uint8_t out[FB_WIRE_HDR_LEN],
                         const struct fb_wire_hdr *h)
 {
-    put_le16(out, FB_WIRE_MAGIC);
+    fb_put_le16(out, FB_WIRE_MAGIC);
     out[2] = FB_WIRE_VERSION;
     out[3] = h->type;
-    put_le16(out + 4, h->flags);
-    put_le16(out + 6, 0);
-    put_le32(out + 8, (uint32_t)h->code);
-    put_le64(out + 12, h->id);
-    put_le32(out + 20, h->len);
+    fb_put_le16(out + 4, h->flags);
+    fb_put_le16(out + 6, 0);
+    fb_put_le32(out + 8, (uint32_t)h->code);
+    fb_put_le64(out + 12, h->id);
+    fb_put_le32(out + 20, h->len);
 }
 
 /* One contiguous piece of a payload; p may be NULL when n is 0. */
@@ -714,8 +678,8 @@ int fb_wire_put_hello(fiber_buf *out, const struct fb_msg_hello *m)
         return rc;
     uint8_t build_id_len = m->build_id_len, name_len = m->name_len;
     uint8_t ids[12];
-    put_le64(ids, m->job_id);
-    put_le32(ids + 8, m->pid);
+    fb_put_le64(ids, m->job_id);
+    fb_put_le32(ids + 8, m->pid);
     const struct piece pieces[] = {
         {m->token, FB_WIRE_TOKEN_LEN}, {&build_id_len, 1},
         {m->build_id, build_id_len},   {ids, sizeof ids},
@@ -728,7 +692,7 @@ int fb_wire_put_welcome(fiber_buf *out, const struct fb_msg_welcome *m)
     if (!m)
         return fb_err(FIBER_EINVAL, "WELCOME: message is NULL");
     uint8_t heartbeat_ms[4];
-    put_le32(heartbeat_ms, m->heartbeat_ms);
+    fb_put_le32(heartbeat_ms, m->heartbeat_ms);
     const struct piece pieces[] = {{heartbeat_ms, sizeof heartbeat_ms}};
     return put_frame(out, FB_MSG_WELCOME, 0, 0, pieces, 1);
 }
@@ -785,7 +749,7 @@ int fb_wire_put_pong(fiber_buf *out, uint64_t id)
 int fb_wire_put_pipe_link(fiber_buf *out, uint64_t relayed)
 {
     uint8_t b[8];
-    put_le64(b, relayed);
+    fb_put_le64(b, relayed);
     struct piece pc = {b, sizeof b};
     return put_frame(out, FB_MSG_PIPE_LINK, 0, 0, &pc, 1);
 }
@@ -820,7 +784,7 @@ int fb_wire_put_pool(fiber_buf *out, const struct fb_msg_pool *m)
     if (m->init_arg_len > FB_WIRE_PAYLOAD_HARD_MAX - 5u - m->init_task_len)
         return fb_err(FIBER_EINVAL, "POOL init_arg: too long");
     uint8_t spin[4], task_len = m->init_task_len;
-    put_le32(spin, m->spin_us);
+    fb_put_le32(spin, m->spin_us);
     const struct piece pieces[] = {{spin, 4},
                                    {&task_len, 1},
                                    {m->init_task, task_len},
@@ -842,8 +806,8 @@ static int begin_frame(fiber_buf *out, unsigned type, uint64_t id,
 static void end_frame(fiber_buf *out, size_t mark, uint32_t count)
 {
     uint8_t *hdr = out->data + mark;
-    put_le32(hdr + 8, count);
-    put_le32(hdr + 20, (uint32_t)(out->len - mark - FB_WIRE_HDR_LEN));
+    fb_put_le32(hdr + 8, count);
+    fb_put_le32(hdr + 20, (uint32_t)(out->len - mark - FB_WIRE_HDR_LEN));
 }
 
 int fb_wire_task_begin(fiber_buf *out, uint64_t id, const char *task,
@@ -876,7 +840,7 @@ int fb_wire_task_add(fiber_buf *out, const void *arg, uint32_t len)
     int rc = fiber_buf_reserve(out, 4 + (size_t)len);
     if (rc)
         return rc;
-    put_le32(out->data + out->len, len);
+    fb_put_le32(out->data + out->len, len);
     if (len)
         memcpy(out->data + out->len + 4, arg, len);
     out->len += 4 + (size_t)len;
@@ -901,8 +865,8 @@ int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,
         out->len = start;
         return rc;
     }
-    put_le32(out->data + out->len, offset);
-    put_le64(out->data + out->len + 4, 0);
+    fb_put_le32(out->data + out->len, offset);
+    fb_put_le64(out->data + out->len + 4, 0);
     out->len += 12;
     return 0;
 }
@@ -921,8 +885,8 @@ int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
     int err = fiber_buf_reserve(out, 8 + (size_t)len);
     if (err)
         return err;
-    put_le32(out->data + out->len, (uint32_t)rc);
-    put_le32(out->data + out->len + 4, len);
+    fb_put_le32(out->data + out->len, (uint32_t)rc);
+    fb_put_le32(out->data + out->len + 4, len);
     if (len)
         memcpy(out->data + out->len + 8, data, len);
     out->len += 8 + (size_t)len;
@@ -932,7 +896,7 @@ int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
 void fb_wire_result_end(fiber_buf *out, size_t mark, uint32_t count,
                         uint64_t elapsed_ns)
 {
-    put_le64(out->data + mark + FB_WIRE_HDR_LEN + 4, elapsed_ns);
+    fb_put_le64(out->data + mark + FB_WIRE_HDR_LEN + 4, elapsed_ns);
     end_frame(out, mark, count);
 }
 
@@ -942,7 +906,7 @@ void fb_wire_fault_encode(uint8_t out[FB_WIRE_FAULT_LEN], uint64_t chunk_id,
     struct fb_wire_hdr h = {.type = FB_MSG_FAULT, .code = sig,
                             .id = chunk_id, .len = 4};
     fb_wire_hdr_encode(out, &h);
-    put_le32(out + FB_WIRE_HDR_LEN, offset);
+    fb_put_le32(out + FB_WIRE_HDR_LEN, offset);
 }
 
 /* Appends a frame whose payload is `head` then the item list. */
@@ -975,10 +939,10 @@ static int put_list_frame(fiber_buf *out, unsigned type, uint64_t id,
     if (head_len)
         memcpy(out->data + out->len, head, head_len);
     out->len += head_len;
-    put_le32(out->data + out->len, (uint32_t)count);
+    fb_put_le32(out->data + out->len, (uint32_t)count);
     out->len += 4;
     for (size_t i = 0; i < count; i++) {
-        put_le32(out->data + out->len, (uint32_t)items[i].len);
+        fb_put_le32(out->data + out->len, (uint32_t)items[i].len);
         if (items[i].len)
             memcpy(out->data + out->len + 4, items[i].data, items[i].len);
         out->len += 4 + items[i].len;
@@ -992,8 +956,8 @@ int fb_wire_put_ocall(fiber_buf *out, uint64_t id, int32_t op, uint32_t obj,
                       size_t count)
 {
     uint8_t head[8];
-    put_le32(head, obj);
-    put_le32(head + 4, (uint32_t)timeout_ms);
+    fb_put_le32(head, obj);
+    fb_put_le32(head + 4, (uint32_t)timeout_ms);
     return put_list_frame(out, FB_MSG_OCALL, id, op, head, sizeof head, items,
                           count);
 }

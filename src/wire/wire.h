@@ -321,7 +321,7 @@ int fb_wire_get_task(const uint8_t *p, size_t len, int32_t count,
 int fb_wire_get_result(const uint8_t *p, size_t len, int32_t count,
                        struct fb_msg_result *m, char *err, size_t errlen);
 
-/* A direct pipe link (src/api/pipe.c), after the two HELLOs:
+/* A direct pipe link (src/pipe/pipe.c), after the two HELLOs:
  *   PIPE_LINK   u64 relayed: how many messages the sender put on the
  *               pipe's relayed queue before the link (read those first);
  *   PIPE_DATA   one message, the payload as it was sent;

@@ -9,47 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
+#include "base/endian.h"
 #include "wire/wire.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    FIBER_PRINTF(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    char why[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    if (err && errlen)
-        snprintf(err, errlen, "%s", why);
-    return fb_err(FIBER_EPROTO, "%s", why);
-}
+#include "wire/wire_int.h"
 
 static int frame(fiber_buf *out, unsigned type, int32_t code, uint64_t id,
                  const void *a, size_t an, const void *b, size_t bn);
-
-static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* 0 when s[0, n) is an address by wire.h's rule, else why not in why. */
 static int addr_problem(const char *s, size_t n, char *why, size_t size)
@@ -76,7 +42,7 @@ int fb_wire_get_obj_get(const uint8_t *p, size_t len, const uint8_t **ref,
                         char *err, size_t errlen)
 {
     if (len != FB_WIRE_REF_LEN)
-        return fail(err, errlen, "OBJ_GET payload: %zu bytes, a ref is %u",
+        return fb_wire_fail(err, errlen, "OBJ_GET payload: %zu bytes, a ref is %u",
                     len, FB_WIRE_REF_LEN);
     *ref = p;
     return 0;
@@ -102,7 +68,7 @@ int fb_wire_get_obj_file(const uint8_t *p, size_t len, const char **path,
 {
     char why[128];
     if (path_problem((const char *)p, len, why, sizeof why))
-        return fail(err, errlen, "OBJ_FILE path: %s", why);
+        return fb_wire_fail(err, errlen, "OBJ_FILE path: %s", why);
     *path = (const char *)p;
     *path_len = (uint32_t)len;
     return 0;
@@ -120,7 +86,7 @@ int fb_wire_get_obj_call(const uint8_t *p, size_t len, const uint8_t **ref,
                          char *err, size_t errlen)
 {
     if (len != 0 && len != FB_WIRE_REF_LEN)
-        return fail(err, errlen, "OBJ_CALL payload: %zu bytes, neither "
+        return fb_wire_fail(err, errlen, "OBJ_CALL payload: %zu bytes, neither "
                     "empty nor a ref (%u)", len, FB_WIRE_REF_LEN);
     *ref = len ? p : NULL;
     return 0;
@@ -130,9 +96,9 @@ int fb_wire_get_obj_data(const uint8_t *p, size_t len,
                          struct fb_msg_obj_data *m, char *err, size_t errlen)
 {
     if (len < 8)
-        return fail(err, errlen, "OBJ_DATA offset: truncated: needs 8 bytes, "
+        return fb_wire_fail(err, errlen, "OBJ_DATA offset: truncated: needs 8 bytes, "
                     "%zu left", len);
-    m->offset = le64(p);
+    m->offset = fb_get_le64(p);
     m->bytes = p + 8;
     m->len = (uint32_t)(len - 8);
     return 0;
@@ -143,7 +109,7 @@ int fb_wire_get_obj_from(const uint8_t *p, size_t len, const char **addr,
 {
     char why[128];
     if (addr_problem((const char *)p, len, why, sizeof why))
-        return fail(err, errlen, "OBJ_FROM address: %s", why);
+        return fb_wire_fail(err, errlen, "OBJ_FROM address: %s", why);
     *addr = (const char *)p;
     *addr_len = (uint32_t)len;
     return 0;
@@ -153,13 +119,13 @@ int fb_wire_get_obj_none(int32_t code, const uint8_t *p, size_t len,
                          struct fb_msg_text *m, char *err, size_t errlen)
 {
     if (code >= 0)
-        return fail(err, errlen, "OBJ_NONE code: %d is not a failure code",
+        return fb_wire_fail(err, errlen, "OBJ_NONE code: %d is not a failure code",
                     (int)code);
     if (len > FB_WIRE_TEXT_MAX)
-        return fail(err, errlen, "OBJ_NONE text: %zu bytes, at most %u", len,
+        return fb_wire_fail(err, errlen, "OBJ_NONE text: %zu bytes, at most %u", len,
                     FB_WIRE_TEXT_MAX);
     if (len && memchr(p, '\0', len))
-        return fail(err, errlen, "OBJ_NONE text: holds a NUL byte");
+        return fb_wire_fail(err, errlen, "OBJ_NONE text: holds a NUL byte");
     m->text = (const char *)p;
     m->len = (uint32_t)len;
     return 0;
@@ -172,11 +138,11 @@ static int take_addr(const char *msg, const char *field, const uint8_t *p,
                      const char **s, uint16_t *n, char *err, size_t errlen)
 {
     if (len - *at < 2)
-        return fail(err, errlen, "%s %s: truncated length", msg, field);
-    *n = le16(p + *at);
+        return fb_wire_fail(err, errlen, "%s %s: truncated length", msg, field);
+    *n = fb_get_le16(p + *at);
     *at += 2;
     if (*n > len - *at)
-        return fail(err, errlen, "%s %s: truncated: needs %u bytes, %zu left",
+        return fb_wire_fail(err, errlen, "%s %s: truncated: needs %u bytes, %zu left",
                     msg, field, *n, len - *at);
     *s = (const char *)p + *at;
     *at += *n;
@@ -184,7 +150,7 @@ static int take_addr(const char *msg, const char *field, const uint8_t *p,
     if (*n == 0 && may_be_empty)
         return 0;
     if (addr_problem(*s, *n, why, sizeof why))
-        return fail(err, errlen, "%s %s: %s", msg, field, why);
+        return fb_wire_fail(err, errlen, "%s %s: %s", msg, field, why);
     return 0;
 }
 
@@ -194,7 +160,7 @@ static int get_have(const char *msg, int with_from, const uint8_t *p,
 {
     memset(m, 0, sizeof *m);
     if (len < FB_WIRE_REF_LEN)
-        return fail(err, errlen, "%s ref: truncated: needs %u bytes, %zu left",
+        return fb_wire_fail(err, errlen, "%s ref: truncated: needs %u bytes, %zu left",
                     msg, FB_WIRE_REF_LEN, len);
     m->ref = p;
     size_t at = FB_WIRE_REF_LEN;
@@ -204,7 +170,7 @@ static int get_have(const char *msg, int with_from, const uint8_t *p,
         rc = take_addr(msg, "from", p, len, &at, 1, &m->from, &m->from_len,
                        err, errlen);
     if (rc == 0 && at != len)
-        rc = fail(err, errlen, "%s payload: %zu trailing bytes", msg,
+        rc = fb_wire_fail(err, errlen, "%s payload: %zu trailing bytes", msg,
                   len - at);
     return rc;
 }
@@ -291,7 +257,7 @@ int fb_wire_put_obj_data_hdr(fiber_buf *out, uint64_t id, uint64_t offset,
     struct fb_wire_hdr h = {.type = FB_MSG_OBJ_DATA, .id = id, .len = 8 + len};
     uint8_t b[FB_WIRE_HDR_LEN + 8];
     fb_wire_hdr_encode(b, &h);
-    put64(b + FB_WIRE_HDR_LEN, offset);
+    fb_put_le64(b + FB_WIRE_HDR_LEN, offset);
     return fiber_buf_append(out, b, sizeof b);
 }
 
@@ -320,7 +286,7 @@ static int put_addr_field(uint8_t *buf, size_t *at, const char *s, int empty_ok)
     char why[128];
     if (!(n == 0 && empty_ok) && addr_problem(s, n, why, sizeof why))
         return fb_err(FIBER_EINVAL, "blob holder address: %s", why);
-    put16(buf + *at, (uint16_t)n);
+    fb_put_le16(buf + *at, (uint16_t)n);
     memcpy(buf + *at + 2, s, n);
     *at += 2 + n;
     return 0;

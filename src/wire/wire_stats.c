@@ -9,50 +9,26 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/common.h"
+#include "base/common.h"
+#include "base/endian.h"
 #include "wire/wire.h"
+#include "wire/wire_int.h"
 
 /* The fixed part of a pool record after its name: 3 u32 and 9 u64. */
 #define POOL_FIXED (3u * 4u + 9u * 8u)
 /* format, pid, four u64, and the backend's length byte. */
 #define HEAD_FIXED (1u + 4u + 4u * 8u + 1u)
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    FIBER_PRINTF(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    char why[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    if (err && errlen)
-        snprintf(err, errlen, "%s", why);
-    return fb_err(FIBER_EPROTO, "%s", why);
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
-}
-
+/* Stores v at p and returns where the next field goes. */
 static uint8_t *put32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    fb_put_le32(p, v);
     return p + 4;
 }
 
 static uint8_t *put64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    fb_put_le64(p, v);
     return p + 8;
 }
 
@@ -83,18 +59,18 @@ static int check_pool(const uint8_t **pos, size_t *left, uint32_t i,
 {
     char why[128];
     if (*left < 1)
-        return fail(err, errlen, "SNAPSHOT pool %u name: truncated", i);
+        return fb_wire_fail(err, errlen, "SNAPSHOT pool %u name: truncated", i);
     size_t n = (*pos)[0];
     if (*left < 1 + n + POOL_FIXED)
-        return fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                     "SNAPSHOT pool %u: truncated: needs %zu bytes, %zu left",
                     i, 1 + n + POOL_FIXED, *left);
     if (name_problem(*pos + 1, n, why, sizeof why))
-        return fail(err, errlen, "SNAPSHOT pool %u name: %s", i, why);
+        return fb_wire_fail(err, errlen, "SNAPSHOT pool %u name: %s", i, why);
     const uint8_t *f = *pos + 1 + n;
-    uint32_t alive = le32(f), starting = le32(f + 4);
+    uint32_t alive = fb_get_le32(f), starting = fb_get_le32(f + 4);
     if (starting > alive)
-        return fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                     "SNAPSHOT pool %u workers_starting: %u is more than "
                     "workers_alive (%u)",
                     i, starting, alive);
@@ -108,35 +84,35 @@ int fb_wire_get_snapshot(const uint8_t *p, size_t len,
 {
     char why[128];
     if (len < HEAD_FIXED)
-        return fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                     "SNAPSHOT payload: truncated: %zu bytes, at least %u",
                     len, HEAD_FIXED);
     if (p[0] != FB_WIRE_SNAPSHOT_FORMAT)
-        return fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                     "SNAPSHOT format: %u, this fiber reads format %u (the "
                     "master runs another version of fiber)",
                     p[0], FB_WIRE_SNAPSHOT_FORMAT);
-    struct fb_msg_snapshot s = {.pid = le32(p + 1),
-                                .uptime_ms = le64(p + 5),
-                                .cpu_user_us = le64(p + 13),
-                                .cpu_sys_us = le64(p + 21),
-                                .rss_bytes = le64(p + 29)};
+    struct fb_msg_snapshot s = {.pid = fb_get_le32(p + 1),
+                                .uptime_ms = fb_get_le64(p + 5),
+                                .cpu_user_us = fb_get_le64(p + 13),
+                                .cpu_sys_us = fb_get_le64(p + 21),
+                                .rss_bytes = fb_get_le64(p + 29)};
     size_t n = p[37];
     const uint8_t *pos = p + HEAD_FIXED;
     size_t left = len - HEAD_FIXED;
     if (left < n + 4)
-        return fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                     "SNAPSHOT backend: truncated: needs %zu bytes, %zu left",
                     n + 4, left);
     if (name_problem(pos, n, why, sizeof why))
-        return fail(err, errlen, "SNAPSHOT backend: %s", why);
+        return fb_wire_fail(err, errlen, "SNAPSHOT backend: %s", why);
     s.backend = (const char *)pos;
     s.backend_len = (uint8_t)n;
-    s.n_pools = le32(pos + n);
+    s.n_pools = fb_get_le32(pos + n);
     pos += n + 4;
     left -= n + 4;
     if (s.n_pools > FB_WIRE_SNAPSHOT_POOLS_MAX)
-        return fail(err, errlen, "SNAPSHOT n_pools: %u is more than %u",
+        return fb_wire_fail(err, errlen, "SNAPSHOT n_pools: %u is more than %u",
                     s.n_pools, FB_WIRE_SNAPSHOT_POOLS_MAX);
     s.pools = pos;
     for (uint32_t i = 0; i < s.n_pools; i++) {
@@ -145,7 +121,7 @@ int fb_wire_get_snapshot(const uint8_t *p, size_t len,
             return rc;
     }
     if (left)
-        return fail(err, errlen,
+        return fb_wire_fail(err, errlen,
                     "SNAPSHOT payload: %zu trailing byte%s after the pools",
                     left, left == 1 ? "" : "s");
     *m = s;
@@ -159,16 +135,16 @@ void fb_wire_snapshot_next(const uint8_t **cursor,
     pool->name_len = c[0];
     pool->name = (const char *)c + 1;
     const uint8_t *f = c + 1 + pool->name_len;
-    pool->workers_alive = le32(f);
-    pool->workers_starting = le32(f + 4);
-    pool->workers_target = le32(f + 8);
+    pool->workers_alive = fb_get_le32(f);
+    pool->workers_starting = fb_get_le32(f + 4);
+    pool->workers_target = fb_get_le32(f + 8);
     uint64_t *u[] = {&pool->workers_started, &pool->workers_lost,
                      &pool->tasks_submitted, &pool->tasks_done,
                      &pool->tasks_failed,    &pool->tasks_retried,
                      &pool->tasks_crashed,   &pool->tasks_queued,
                      &pool->tasks_in_flight};
     for (size_t i = 0; i < FB_ARRAY_LEN(u); i++)
-        *u[i] = le64(f + 12 + 8 * i);
+        *u[i] = fb_get_le64(f + 12 + 8 * i);
     *cursor = f + POOL_FIXED;
 }
 

@@ -5,8 +5,9 @@ ctest `docs.config_keys`.  Usage:
 
     config_keys.py SOURCE_DIR CONFIG_DEFAULTS
 
-Reads the key table of src/core/config.c (FB_CONFIG_KEYS: name, kind,
-range) and its lists of choices (backend_names, ...), asks the library
+Reads the key table of src/runtime/config.c (FB_CONFIG_KEYS: name, kind,
+range) and its lists of choices (log_level_names, ...; the backends are
+src/backend/backend.c's registry), asks the library
 for each key's built-in value (CONFIG_DEFAULTS, tests/docs/config_defaults.c,
 run with no FIBER_* variable and no .fiberconfig), and checks against the
 table under "## Keys" in docs/configuration.md:
@@ -39,7 +40,7 @@ RANGE_KINDS = ("integer", "size")
 
 
 def code_table(root):
-    path = os.path.join(root, "src", "core", "config.c")
+    path = os.path.join(root, "src", "runtime", "config.c")
     text = open(path, encoding="utf-8").read()
     start = text.index("#define FB_CONFIG_KEYS(X)")
     end = text.index("\n\n", start)
@@ -55,6 +56,12 @@ def code_table(root):
     for m in re.finditer(r"static const char \*const (\w+)\[\]\s*=\s*\{(.*?)\};",
                          text, re.S):
         choices[m.group(1)] = re.findall(r'"([^"]*)"', m.group(2))
+    # The backend key's choices are the registry's backends, in its order.
+    registry = open(os.path.join(root, "src", "backend", "backend.c"),
+                    encoding="utf-8").read()
+    choices["backend_names"] = re.findall(r"&fb_run_ops_(\w+)\}", registry)
+    if not choices["backend_names"]:
+        sys.exit("FAIL src/backend/backend.c: no registry line found")
     return keys, choices
 
 
@@ -124,12 +131,12 @@ def check(root, helper):
     for name in names:
         if name not in documented:
             problem(sections["Keys"] + 1,
-                    f"key '{name}' is in src/core/config.c but not in the "
+                    f"key '{name}' is in src/runtime/config.c but not in the "
                     f"table of keys")
     for name, (line, (_, dtype, ddefault, accepted)) in documented.items():
         k = by_name.get(name)
         if k is None:
-            problem(line, f"key '{name}' is documented but src/core/config.c "
+            problem(line, f"key '{name}' is documented but src/runtime/config.c "
                           f"has no such key")
             continue
         kind = "choice" if k["kind"] in CHOICE_KINDS else k["kind"]
@@ -166,7 +173,7 @@ def check(root, helper):
             for name in ticked(cells[0]):
                 if name not in by_name:
                     problem(line, f"'{when}' names key '{name}', which "
-                                  f"src/core/config.c does not have")
+                                  f"src/runtime/config.c does not have")
                 seen.add(name)
         for name in names:
             if name not in seen:
@@ -197,7 +204,7 @@ def main():
     problems, n = check(sys.argv[1], sys.argv[2])
     for p in problems:
         print("FAIL " + p)
-    print(f"docs.config_keys: {n} keys in src/core/config.c, "
+    print(f"docs.config_keys: {n} keys in src/runtime/config.c, "
           f"{len(problems)} problems in the docs")
     return 1 if problems else 0
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_blobs.c -- the master's blob server (src/api/objserve.c) driven by
+ * fuzz_blobs.c -- the master's blob server (src/store/objserve.c) driven by
  * hostile clients: OBJ_GET, OBJ_HAVE and OBJ_BAD frames, well formed or
  * not, in any order, from up to 8 connections that come and go, while
  * blobs are put and released.
@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define FZ_NAME "fuzz_blobs"
-#include "api/object_int.h"
+#include "store/object_int.h"
 #include "fuzz_util.h"
 
 #define MAX_CONNS 8

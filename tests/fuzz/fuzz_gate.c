@@ -45,7 +45,7 @@
 
 #include <stddef.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "net/gate.h"
 #include "net/net.h"
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_objclient.c -- libFuzzer target for the client side of object
- * servers (src/api/objclient.c): the handshake, matching OREPLY frames to
+ * servers (src/objsrv/objclient.c): the handshake, matching OREPLY frames to
  * calls by id (deliver), the reader that pumps the socket for every
  * waiter, futures of asynchronous calls, abandoned calls, and what a
  * broken or hostile server does to them.
@@ -41,10 +41,10 @@
 #include <poll.h>
 #include <pthread.h>
 
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
 #include "net/net.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 
 #define MAX_REQS 32
 

@@ -1,6 +1,6 @@
 /*
- * fuzz_objsrv.c -- libFuzzer target for the object server (src/api/
- * objsrv.c) and every kind of object it hosts: queues and pipes
+ * fuzz_objsrv.c -- libFuzzer target for the object server
+ * (src/objsrv/objsrv.c) and every kind of object it hosts: queues and pipes
  * (queue.c), the manager's dict, list, value, lock, rlock, event,
  * semaphore, barrier, condition and custom objects (mobj_srv.c), and the
  * ring's rendezvous (ring_rdv.c).
@@ -49,11 +49,11 @@
 #define FZ_NAME "fuzz_objsrv"
 #include "fuzz_util.h"
 
-#include "api/objsrv.h"
-#include "api/queue_ops.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
 #include "net/net.h"
+#include "objsrv/objsrv.h"
+#include "queue/queue_ops.h"
+#include "runtime/runtime.h"
 
 /* Operation numbers: protocol (queue_ops.h, mobj_ops.h, ring_ops.h), never
  * renumbered. */

@@ -1,6 +1,6 @@
 /*
  * fuzz_pool.c -- libFuzzer target for the master side of a pool: what
- * src/api/pool_sched.c and pool.c do with the messages of their workers
+ * src/pool/pool_sched.c and pool.c do with the messages of their workers
  * (READY, RESULT, FAULT, HEARTBEAT, EXIT, PING, and anything else), with
  * the workers' connections and ends as the runtime reports them, and
  * with the API calls that submit tasks and take results.
@@ -42,9 +42,9 @@
 #define FZ_NAME "fuzz_pool"
 #include "fuzz_util.h"
 
-#include "api/pool_int.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "pool/pool_int.h"
+#include "runtime/runtime.h"
 
 #define MAX_WORKERS 4
 #define MAX_SUBS 16

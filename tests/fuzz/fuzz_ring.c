@@ -1,6 +1,6 @@
 /*
  * fuzz_ring.c -- libFuzzer target for a ring member's message handling
- * (src/api/ring.c): the HELLOs that link a member to its neighbours, the
+ * (src/ring/ring.c): the HELLOs that link a member to its neighbours, the
  * hostile connections on its socket while it waits for the previous rank,
  * and the 32-byte-header pieces of every collective it receives.  The
  * rendezvous's own handling of JOIN is fuzz_objsrv's.
@@ -38,10 +38,10 @@
 #include <poll.h>
 #include <pthread.h>
 
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
 #include "net/net.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 
 #define RDV_JOIN (FB_OP_KIND + 0)
 #define PIECE (1u << 20)

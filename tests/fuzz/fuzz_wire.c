@@ -249,7 +249,7 @@ static void round_trip_fault(const struct fb_wire_hdr *h, const uint8_t *p,
     require(a == z, "FAULT offset differs after a round trip");
 }
 
-/* The pipe link's frames (src/api/pipe.c): the encoders write id and code
+/* The pipe link's frames (src/pipe/pipe.c): the encoders write id and code
  * 0, which the receiver ignores. */
 static void round_trip_pipe(const struct fb_wire_hdr *h, const uint8_t *p,
                             fiber_buf *b)

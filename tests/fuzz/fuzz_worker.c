@@ -1,6 +1,6 @@
 /*
  * fuzz_worker.c -- libFuzzer target for a pool worker's side
- * (src/core/worker.c): POOL (its initializer), TASK chunks, PING, STOP,
+ * (src/runtime/worker.c): POOL (its initializer), TASK chunks, PING, STOP,
  * and whatever else a master could send.
  *
  * The worker loop proper never returns (it exits on STOP and dies on a
@@ -38,10 +38,10 @@
 #define FZ_NAME "fuzz_worker"
 #include "fuzz_util.h"
 
-#include "core/child.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
 #include "net/net.h"
+#include "runtime/child.h"
+#include "runtime/runtime.h"
 
 #define MAX_CHUNKS 64
 #define MAX_ITEMS 256

@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/common.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "runtime/config.h"
 #include "harness.h"
 
 /* Every key, in the order of the table in config.c. */

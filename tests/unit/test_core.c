@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 FIBER_TASK(square) { return 0; }

@@ -30,9 +30,9 @@
 
 #include "backend/backend.h"
 #include "backend/http/http.h"
-#include "core/child.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/child.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 #define DOCKER_SOCK "/var/run/docker.sock"
@@ -857,7 +857,7 @@ TEST(backend_ops_logs_labels_secret)
     fb_strlcpy(cfg.docker_mounts, "/etc/hostname:/mnt/hostname:ro",
                sizeof cfg.docker_mounts);
     struct fb_backend *be;
-    CHECK_OK(fb_backend_open(&be, "docker", &cfg));
+    CHECK_OK(fb_backend_open(&be, "docker", &cfg, fiber_run_id()));
     char run_dir[] = "/tmp/fiber-test-docker-XXXXXX";
     CHECK(mkdtemp(run_dir) != NULL);
     char exe[PATH_MAX], log_dir[PATH_MAX];

@@ -19,7 +19,7 @@
 
 #include "backend/docker/engine.h"
 #include "backend/http/http.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "harness.h"
 
 static void socket_path(char *buf, size_t size, const char *what)

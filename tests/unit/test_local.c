@@ -10,14 +10,14 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "harness.h"
 
 static struct fb_backend *open_local(struct fb_config *cfg)
 {
     fb_config_defaults(cfg);
     struct fb_backend *be = NULL;
-    CHECK_OK(fb_backend_open(&be, "local", cfg));
+    CHECK_OK(fb_backend_open(&be, "local", cfg, fiber_run_id()));
     return be;
 }
 
@@ -56,7 +56,7 @@ TEST(unknown_backend_names_the_ones_that_exist)
     struct fb_config cfg;
     fb_config_defaults(&cfg);
     struct fb_backend *be = NULL;
-    CHECK_ERR(fb_backend_open(&be, "mesos", &cfg), FIBER_ECONFIG);
+    CHECK_ERR(fb_backend_open(&be, "mesos", &cfg, fiber_run_id()), FIBER_ECONFIG);
     CHECK_CONTAINS(fiber_last_error(), "'mesos'");
     CHECK_CONTAINS(fiber_last_error(), "local");
 }

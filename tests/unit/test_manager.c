@@ -21,9 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 /* A child's argument: two integers and up to four serialised handles. */

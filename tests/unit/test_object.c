@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/object_int.h"
-#include "api/pool_int.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
 #include "net/net.h"
+#include "pool/pool_int.h"
+#include "runtime/runtime.h"
+#include "store/object_int.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)

@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/pool_int.h"
-#include "core/common.h"
+#include "base/common.h"
+#include "pool/pool_int.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 const char *fb_process_failure(fiber_process *p);

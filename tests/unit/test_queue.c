@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 /* A task argument: a serialised handle followed by two integers. */

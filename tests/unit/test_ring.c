@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 /* ring.c, for tests: the members waiting at the rendezvous. */

@@ -23,8 +23,8 @@
 
 #include <sodium.h>
 
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 #include "net/net.h"
 #include "wire/wire.h"

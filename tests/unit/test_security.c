@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/object_int.h"
-#include "api/objsrv.h"
-#include "core/common.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "objsrv/objsrv.h"
+#include "runtime/runtime.h"
+#include "store/object_int.h"
 #include "harness.h"
 #include "net/net.h"
 #include "wire/wire.h"

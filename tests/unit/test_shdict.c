@@ -1,5 +1,5 @@
 /*
- * test_shdict.c -- the shared-memory dict (api/shdict.c): its operations
+ * test_shdict.c -- the shared-memory dict (manager/shdict.c): its operations
  * against a model, growth past the first file size and up to the limit,
  * two processes on one memfd mapped at their own addresses, a process
  * killed at every crash point (then the dict must be one the operations
@@ -19,8 +19,8 @@
 
 #include <sodium.h>
 
-#include "api/shdict.h"
-#include "core/common.h"
+#include "base/common.h"
+#include "manager/shdict.h"
 #include "harness.h"
 
 /* ---- regions ------------------------------------------------------------ */

@@ -21,10 +21,10 @@
 
 #include "backend/runops.h"
 #include "backend/slurm/slurm.h"
-#include "core/addr.h"
-#include "core/common.h"
-#include "core/config.h"
-#include "core/runtime.h"
+#include "base/common.h"
+#include "runtime/addr.h"
+#include "runtime/config.h"
+#include "runtime/runtime.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)
@@ -1086,7 +1086,7 @@ TEST(run_on_slurm_kill_escalates_to_sigkill_after_the_grace_period)
     remove_scratch(&t);
 }
 
-/* ---- the fiber command on slurm (needs the api/ dispatch to runops) ---- */
+/* ---- the fiber command on slurm (needs the runs/ dispatch to runops) ---- */
 
 /* Runs a shell command line with the fiber command as $FIBER; its
  * standard output is returned (caller frees), its standard error goes to

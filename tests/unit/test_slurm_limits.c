@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "backend/slurm/slurm.h"
-#include "core/common.h"
+#include "base/common.h"
 #include "harness.h"
 
 #define TASK_MS 2500

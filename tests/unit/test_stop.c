@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/common.h"
+#include "base/common.h"
 #include "harness.h"
 
 static void sleep_ms(int ms)

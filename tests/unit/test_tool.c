@@ -471,6 +471,10 @@ TEST(bad_run_ids_and_backends_are_refused)
     CHECK_EQ(fiber_backend_known(NULL), 0);
     CHECK_EQ(fiber_backend_known("slurm"), 1);
     CHECK_EQ(fiber_backend_known("local"), 1);
+    /* The registry's names in order, as fiber doctor lists them. */
+    CHECK_STR(fiber_backend_name(0), "local");
+    CHECK_STR(fiber_backend_name(3), "kubernetes");
+    CHECK(fiber_backend_name(4) == NULL);
     CHECK_STR(fiber_run_where(NULL), "");
     TOOL(&r, env, "run", "--backend", "nosuch", "--", "/bin/true");
     CHECK_EQ(r.code, 2);

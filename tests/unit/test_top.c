@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include "backend/kubernetes/k8s_api.h"
-#include "core/common.h"
-#include "core/stats_srv.h"
+#include "base/common.h"
+#include "runtime/stats_srv.h"
 #include "harness.h"
 #include "net/net.h"
 #include "wire/wire.h"

@@ -57,13 +57,12 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/json_util.h"
 #include "backend/docker/engine.h"
 #include "backend/docker/image.h"
-#include "core/common.h"
-#include "core/runid.h"
-#include "core/log.h"
-#include "core/runtime.h"
+#include "backend/json_util.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 60000L
 #define WAIT_HEADERS_TIMEOUT_MS 10000L
@@ -319,6 +318,7 @@ static json_t *host_config(const struct fb_config *cfg,
 
 /* The body of POST /containers/create. */
 static json_t *container_config(const struct fb_config *cfg,
+                                const char *run_id,
                                 const struct fb_job_spec *spec,
                                 const char *image, const char *program,
                                 const char *secret_path)
@@ -340,7 +340,7 @@ static json_t *container_config(const struct fb_config *cfg,
     snprintf(text, sizeof text, SECRET_VAR "=%s", secret_path);
     fb_json_push(env, json_string(text), &bad);
     fb_json_put(c, "Env", env, &bad);
-    fb_json_put(labels, FB_LABEL_RUN, json_string(fiber_run_id()), &bad);
+    fb_json_put(labels, FB_LABEL_RUN, json_string(run_id), &bad);
     snprintf(text, sizeof text, "%llu", (unsigned long long)spec->job_id);
     fb_json_put(labels, FB_LABEL_JOB, json_string(text), &bad);
     fb_json_put(labels, FB_LABEL_NAME, json_string(spec->name), &bad);
@@ -393,13 +393,13 @@ static int create_container(struct fb_backend *be,
                             const char *program, struct docker_job *dj)
 {
     struct docker_state *ds = be->state;
-    json_t *body = container_config(be->cfg, spec, image, program,
-                                    dj->secret_path);
+    json_t *body = container_config(be->cfg, be->run_id, spec, image,
+                                    program, dj->secret_path);
     if (!body)
         return fb_err(FIBER_ENOMEM, "out of memory describing job '%s'",
                       spec->name);
     char name[256], escaped[768], path[1024];
-    snprintf(name, sizeof name, "%s-%llu-%s", fiber_run_id(),
+    snprintf(name, sizeof name, "%s-%llu-%s", be->run_id,
              (unsigned long long)spec->job_id, spec->name);
     fb_http_escape(name, escaped, sizeof escaped);
     snprintf(path, sizeof path, "/containers/create?name=%s", escaped);

@@ -15,7 +15,7 @@
 #include <sodium.h>
 
 #include "backend/docker/elf.h"
-#include "core/common.h"
+#include "base/common.h"
 
 /* Finds NT_GNU_BUILD_ID among the notes in p[0..len). */
 static int find_build_id(const unsigned char *p, size_t len, size_t align,
@@ -112,7 +112,7 @@ static int parse_elf(const unsigned char *m, size_t size,
         }
     }
     if (!pi->has_build_id) {
-        /* As the runtime does (core/buildid.c): no note, hash the file. */
+        /* As the runtime does (runtime/buildid.c): no note, hash the file. */
         unsigned char digest[32];
         crypto_generichash(digest, sizeof digest, m, size, NULL, 0);
         fb_hex(digest, sizeof digest, pi->id, sizeof pi->id);

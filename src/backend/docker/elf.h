@@ -2,7 +2,7 @@
  * elf.h -- what the image builder needs to know of a program: where it is
  * (found as execvp would find it) and, from its ELF headers, which
  * dynamic loader it names (PT_INTERP) and its build id (the GNU build-id
- * note, or a BLAKE2b of the file as core/buildid.c computes it).
+ * note, or a BLAKE2b of the file as runtime/buildid.c computes it).
  */
 #ifndef FB_DOCKER_ELF_H
 #define FB_DOCKER_ELF_H

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "backend/docker/engine.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #define PING_TIMEOUT_MS 5000L
 #define REQUEST_TIMEOUT_MS 60000L

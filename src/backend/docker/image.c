@@ -27,7 +27,7 @@
 #include "backend/docker/image.h"
 #include "backend/docker/ldso.h"
 #include "backend/docker/tar.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #define IMPORT_TIMEOUT_MS 600000L
 

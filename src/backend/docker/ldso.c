@@ -35,7 +35,7 @@
 
 #include "backend/docker/ldso.h"
 #include "backend/http/curl_dl.h"
-#include "core/common.h"
+#include "base/common.h"
 
 extern char **environ;
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "backend/docker/pathset.h"
-#include "core/common.h"
+#include "base/common.h"
 
 static size_t path_hash(const char *p, size_t len)
 {

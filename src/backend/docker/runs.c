@@ -1,6 +1,6 @@
 /*
  * runs.c -- the docker backend's run ops (backend/runops.h): a run's
- * containers, found by their fiber.run label (core/runid.h), and a master
+ * containers, found by their fiber.run label (runtime/runid.h), and a master
  * started in a container of its own.
  *
  * The containers a kubelet makes for pods carry their pod's labels too
@@ -18,8 +18,8 @@
 
 #include "backend/docker/image.h"
 #include "backend/runops.h"
-#include "core/common.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 /* The label a kubelet puts on the containers of a pod. */
 #define KUBELET_LABEL "io.kubernetes.pod.name"

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backend/docker/tar.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #define MAX_SYMLINKS 40
 

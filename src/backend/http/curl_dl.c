@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/http/curl_dl.h"
-#include "core/common.h"
+#include "base/common.h"
 
 struct fb_curl_api fb_curl;
 

@@ -11,7 +11,7 @@
 #include <sodium.h>
 
 #include "backend/http/http.h"
-#include "core/common.h"
+#include "base/common.h"
 
 /* ---- handles ------------------------------------------------------------- */
 

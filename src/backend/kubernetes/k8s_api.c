@@ -12,7 +12,7 @@
 #include <sodium.h>
 
 #include "backend/kubernetes/k8s_api.h"
-#include "core/common.h"
+#include "base/common.h"
 
 #define SERVER_NAME "the Kubernetes API server"
 #define TOKEN_REREAD_MS 60000u /* service-account tokens are rotated */

@@ -28,8 +28,8 @@
 
 #include "backend/http/http.h"
 
-#include "core/config.h"
 #include "fiber/fiber.h"
+#include "runtime/config.h"
 
 #define FB_K8S_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 

@@ -12,9 +12,9 @@
 
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
-#include "core/common.h"
-#include "core/log.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define POLL_MS 200

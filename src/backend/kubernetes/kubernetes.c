@@ -83,10 +83,10 @@
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "backend/kubernetes/kubernetes.h"
-#include "core/common.h"
-#include "core/runid.h"
-#include "core/log.h"
-#include "core/thread.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "base/thread.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define WATCH_SECONDS 240   /* the server ends a watch after this */
@@ -566,7 +566,7 @@ static int k8s_init(struct fb_backend *be)
 {
     struct k8s_state *ks = be->state;
     ks->stop_fd = -1;
-    fb_k8s_dns_name(fiber_run_id(), ks->run, sizeof ks->run);
+    fb_k8s_dns_name(be->run_id, ks->run, sizeof ks->run);
     if (!ks->run[0])
         fb_strlcpy(ks->run, "fiber", sizeof ks->run);
     ks->grace_s = (be->cfg->terminate_grace_ms + 999) / 1000;

@@ -1,7 +1,7 @@
 /*
  * runs.c -- the kubernetes backend's run ops (backend/runops.h): a run's
  * pods in the configured namespace, found by their fiber.run label
- * (core/runid.h; its value is the run id made a DNS label, which is the
+ * (runtime/runid.h; its value is the run id made a DNS label, which is the
  * run id itself for the ids fiber makes), and a master started as a pod
  * (k8s_master.c).
  *
@@ -23,8 +23,8 @@
 #include "backend/kubernetes/k8s_api.h"
 #include "backend/kubernetes/k8s_master.h"
 #include "backend/runops.h"
-#include "core/common.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 #define REQUEST_TIMEOUT_MS 30000L
 #define POLL_MS 200
@@ -465,6 +465,22 @@ static int k8s_wait(struct fiber_run *r, int timeout_ms, int *exit_code)
                               exit_code);
 }
 
+/* fiber top's way to a master in a pod: when the configuration names a
+ * cluster (backend kubernetes, or k8s_server), the cluster is asked
+ * (fb_k8s_run_contact).  Returns 0 (found), 1 (no cluster configured), or
+ * the error (FIBER_ENOKEY: the cluster has no job pod or Secret of run). */
+static int k8s_contact(const char *run, char *addr, size_t size,
+                       int *encrypted, uint8_t *token, size_t token_len)
+{
+    char backend[64] = "", server[600] = "";
+    fiber_config_get("backend", backend, sizeof backend);
+    fiber_config_get("k8s_server", server, sizeof server);
+    if (strcmp(backend, "kubernetes") != 0 && !server[0])
+        return 1;
+    int rc = fb_k8s_run_contact(run, addr, size, encrypted, token, token_len);
+    return rc == FIBER_ECONFIG ? 1 : rc;
+}
+
 const struct fb_run_ops fb_run_ops_kubernetes = {
     .name = "kubernetes",
     .job_noun = "pod",
@@ -477,4 +493,11 @@ const struct fb_run_ops fb_run_ops_kubernetes = {
     .logs = k8s_logs,
     .kill = k8s_kill,
     .clean = k8s_clean,
+    .contact = k8s_contact,
+    .contact_where = "on the Kubernetes cluster",
+    .contact_missing =
+        "has its master in a Kubernetes pod, and no job pod or Secret of it "
+        "was found through the configured cluster (backend = kubernetes, or "
+        "k8s_server): fiber top needs both, since the pod's run directory is "
+        "not on this host",
 };

@@ -24,9 +24,9 @@
 
 #include "backend/backend.h"
 #include "backend/local/local.h"
-#include "core/common.h"
-#include "core/runid.h"
-#include "core/log.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "runtime/runid.h"
 
 extern char **environ;
 

@@ -3,7 +3,7 @@
  * master is a process of this host.
  *
  * Nothing here needs the run's cooperation.  A local run is its run
- * directory ($TMPDIR/fiber-<uid>/<run id>/, core/runid.h): alive while
+ * directory ($TMPDIR/fiber-<uid>/<run id>/, runtime/runid.h): alive while
  * master.sock accepts a connection (connect, then close at once: the
  * master logs that at info level and moves on), while the master
  * recorded in master.pid lives, or while master.lock is flocked.  Its
@@ -14,7 +14,7 @@
  *
  * The run directory is also what container runs leave on this host (a
  * docker master mounts it), so the list, logs and clean ops here serve
- * every run that has one; api/runs.c calls them for such runs too.
+ * every run that has one; runs/runs.c calls them for such runs too.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,8 +36,8 @@
 
 #include "backend/local/local.h"
 #include "backend/runops.h"
-#include "core/common.h"
-#include "core/runid.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 #define ENV_READ_MAX (256 * 1024)
 
@@ -329,7 +329,7 @@ static long socket_owner(const char *path)
 }
 
 /* Is <run_dir>/master.lock locked?  A master holds an flock on it for
- * its lifetime (core/service.c); the kernel drops the lock when the
+ * its lifetime (runtime/service.c); the kernel drops the lock when the
  * process dies, SIGKILL included, and across containers that mount the
  * directory.  Returns 1 held, 0 not held, -1 no such file. */
 static int lock_held(const char *run_dir)

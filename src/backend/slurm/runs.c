@@ -53,10 +53,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/runid.h"
 #include "backend/runops.h"
 #include "backend/slurm/slurm.h"
-#include "core/common.h"
+#include "base/common.h"
+#include "runtime/runid.h"
 
 #define TOOL_TIMEOUT_MS 30000
 #define POLL_MS 200

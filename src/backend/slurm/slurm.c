@@ -61,10 +61,9 @@
 
 #include "backend/backend.h"
 #include "backend/slurm/slurm.h"
-#include "core/common.h"
-#include "core/log.h"
-#include "core/runtime.h"
-#include "core/thread.h"
+#include "base/common.h"
+#include "base/log.h"
+#include "base/thread.h"
 
 
 #define TOOL_TIMEOUT_MS 30000
@@ -708,7 +707,7 @@ static int slurm_init(struct fb_backend *be)
         return rc;
     if (!getcwd(s->cwd, sizeof s->cwd))
         return fb_err_errno(FIBER_ESYS, "slurm: getcwd");
-    const char *run = fb_rt()->run_id;
+    const char *run = be->run_id;
     fb_strlcpy(s->job_name, run, sizeof s->job_name); /* "fiber-..." */
     char base[PATH_MAX];
     rc = fb_slurm_base_dir(cfg->slurm_dir, base, sizeof base);
@@ -953,7 +952,7 @@ static int submit(struct fb_backend *be, struct sjob **list,
     snprintf(head, sizeof head,
              "#!/bin/sh\n# fiber run %s: %zu job(s), written by fiber's "
              "slurm backend\ncase \"${SLURM_ARRAY_TASK_ID:-0}\" in\n",
-             fb_rt()->run_id, n);
+             be->run_id, n);
     rc = fiber_buf_append(&text, head, strlen(head));
     for (size_t i = 0; rc == 0 && i < n; i++) {
         char label[32];
@@ -1287,6 +1286,17 @@ static void slurm_release_job(struct fb_backend *be, struct fb_job *job)
     fiber_buf_free(&j->sopts);
 }
 
+/* A requeued job's restarts (sbatch --requeue, scontrol requeue). */
+static int slurm_restarts(void)
+{
+    const char *count = getenv("SLURM_RESTART_COUNT");
+    if (!count || !*count)
+        return 0;
+    char *end = NULL;
+    long v = strtol(count, &end, 10);
+    return *end == '\0' && v > 0 && v <= 1000000 ? (int)v : 0;
+}
+
 const struct fb_backend_ops fb_backend_slurm = {
     .name = "slurm",
     .caps = 0,
@@ -1302,4 +1312,5 @@ const struct fb_backend_ops fb_backend_slurm = {
     .release_job = slurm_release_job,
     .begin_batch = slurm_begin_batch,
     .end_batch = slurm_end_batch,
+    .restarts = slurm_restarts,
 };

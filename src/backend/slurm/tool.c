@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "backend/slurm/slurm.h"
-#include "core/common.h"
+#include "base/common.h"
 
 extern char **environ;
 

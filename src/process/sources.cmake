@@ -1,0 +1,2 @@
+# process/: fiber_process.
+fiber_sources(process.c)
