@@ -970,15 +970,19 @@ FIBER_API int fiber_pipe_create(fiber_pipe **a, fiber_pipe **b, int duplex);
 
 /* Sends a message to the other end (timeouts as for queues).  On a
  * receive-only end: FIBER_ENOTSUP; after this end's close, or once the
- * process holding a directly connected other end went away (it died or
- * freed its end): FIBER_ECLOSED. */
+ * process holding the other end went away (it died or freed its end; on
+ * a pipe that is not connected directly, once the master's rendezvous
+ * has seen the only holder of that end go: docs/pipe.md, "A dying
+ * peer"): FIBER_ECLOSED. */
 FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
                               int timeout_ms);
 
 /* Receives the next message from the other end, appending it to out.
  * Returns as fiber_queue_get does: FIBER_ECLOSED once the other end closed
- * and everything sent was received, and also (after what had arrived)
- * when the process holding a directly connected other end went away. */
+ * and everything sent was received, and also, after what it had sent,
+ * when the process holding the other end went away: the connection of a
+ * directly connected pipe ended, or (before the link, or relayed) the
+ * only process that held or used the other end ended or freed it. */
 FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms);
 
 /* Closes this end's sending direction: the other end's recv drains what
@@ -989,7 +993,12 @@ FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms);
 FIBER_API int fiber_pipe_close(fiber_pipe *p);
 
 /* Serialises an end for fiber_pipe_open in another process.  An end whose
- * handle is connected directly cannot be handed on: FIBER_ESTATE. */
+ * handle is connected directly cannot be handed on: FIBER_ESTATE.
+ * fiber_pipe_open tells the master's rendezvous which process holds the
+ * end (so that its end is noticed even if it never uses it); a process
+ * that never called fiber_init (a child another program started) may
+ * open ends too, using its own configuration (defaults, .fiberconfig,
+ * FIBER_* variables). */
 FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out);
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len);
 /* Frees an end's handle (its pending sends are delivered first; a direct

@@ -21,6 +21,36 @@ child_mode = False     # set by fiber._bootstrap in a job
 _shutdown_hooks = []   # callables run before fiber_shutdown() at exit
 _executable = None     # set_executable(): the interpreter jobs run
 master_pid = None      # in a job: the master's pid (parent_process())
+used = False           # this process started fiber or opened a handle
+forked_from = None     # the pid this process was fork()ed from, if that
+                       # process had used fiber (its handles are not ours)
+
+
+def _after_fork_in_child():
+    global forked_from, used
+    if used or _started:
+        forked_from = os.getppid()
+        used = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def check_not_forked(what):
+    """Raises at once, with the reason, in a process that fork() copied
+    from one that had used fiber (multiprocessing's 'fork' start method):
+    the handles it inherited are that process's connections (sharing them
+    would mix two processes' messages on one socket), and fiber's threads
+    were not copied.  A child started with 'spawn' or 'forkserver' is
+    handed its queues and pipe ends by pickling, and opens its own."""
+    if forked_from is not None:
+        raise RuntimeError(
+            "%s: this process was forked from process %d, which uses fiber; "
+            "a fiber object inherited through fork() cannot be used here (its "
+            "connections belong to process %d). Start the process with "
+            "multiprocessing.get_context(\"spawn\") (or \"forkserver\"), "
+            "which pickles the object so the child opens its own, or use "
+            "fiber.Process" % (what, forked_from, forked_from))
 
 
 def _main_info():
@@ -112,6 +142,7 @@ def set_executable(path):
 def require_master(what):
     """Starts fiber if needed; in a job, raises a clear error: only the
     master starts jobs and creates the objects that live on its server."""
+    check_not_forked(what)
     if child_mode:
         raise RuntimeError(
             "%s: only the master can do this, and this is a job of the run. "

@@ -62,6 +62,29 @@ def _run_process(proc):
     return code
 
 
+def _unloadable_process(e):
+    """A Process whose target (or the Process object) does not unpickle
+    here: says why on the job's stderr, as a multiprocessing child prints
+    its traceback, and exits with 1 (the message also travels to the
+    master in the job's EXIT).  On the local backend the job's stderr is
+    the master's; elsewhere it is in the job's log (fiber logs RUN)."""
+    hint = ""
+    if "__mp_main__" in str(e) or "__main__" in str(e):
+        hint = (" (a target defined only under `if __name__ == "
+                "\"__main__\":` does not exist in a job, which imports the "
+                "main module without running that block: define it at the "
+                "top level of the module, as multiprocessing requires)")
+    text = ("fiber: this process cannot load its target: %s: %s%s"
+            % (type(e).__name__, e, hint))
+    try:
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.write(text + "\n")
+    except Exception:
+        pass
+    _flush()
+    return text
+
+
 def _end_for_retry(name):
     """Pool(error_handling=True), Uber Fiber's resilient pool: a task that
     raises ends its worker, as it did in Fiber, so that the C pool sends
@@ -91,7 +114,9 @@ def run_task(view):
             "this worker cannot load the task's function: %s: %s (is its "
             "module importable here, with the same sys.path?)"
             % (type(e).__name__, e))
-        if kind in (env.INIT, env.PROC):
+        if kind == env.PROC:
+            return _unloadable_process(e)
+        if kind == env.INIT:
             return str(err)
         return env.answer_error(err, traceback.format_exc())
     if kind == env.PROC:

@@ -3,14 +3,26 @@ configured backend (a local process, a container, a Slurm job, a pod)."""
 import itertools
 import os
 import threading
-import weakref
 
 from . import _envelope as env
 from . import _fiber, _runtime
 
 _counter = itertools.count(1)
-_children = weakref.WeakSet()   # started, not yet known to have ended
+# Started and not yet joined or seen to have ended.  A strong reference, as
+# multiprocessing's: a process started and then dropped
+# (``Process(target=f).start()``) runs to its end, and active_children()
+# lists it meanwhile; it leaves the set when joined, or when start() or
+# active_children() finds it ended (_reap).
+_children = set()
 _lock = threading.Lock()
+
+
+def _reap():
+    """Forgets the children that have ended (multiprocessing's _cleanup)."""
+    with _lock:
+        ended = [p for p in _children
+                 if p._handle is None or not p._handle.is_alive()]
+        _children.difference_update(ended)
 
 
 def _job_meta(target):
@@ -66,6 +78,7 @@ class Process:
         if self._closed:
             raise ValueError("process object is closed")
         _runtime.require_master("Process.start()")
+        _reap()
         payload = env.task(env.PROC, env.dumps_callable(self), None,
                            self._name)
         self._handle = _fiber.Process(payload, name=self._job_name(),
@@ -112,6 +125,8 @@ class Process:
                              "running; join or terminate it first")
         self._handle = None
         self._closed = True
+        with _lock:
+            _children.discard(self)
         fd = self.__dict__.pop("_sentinel_fd", None)
         if fd is not None:
             os.close(fd)
@@ -225,13 +240,9 @@ def current_process():
 
 
 def active_children():
+    _reap()
     with _lock:
-        alive = [p for p in _children if p._handle is not None and
-                 p._handle.is_alive()]
-        for p in list(_children):
-            if p not in alive:
-                _children.discard(p)
-    return alive
+        return list(_children)
 
 
 def _join_non_daemon():

@@ -5,6 +5,7 @@ work between any processes of a run, on any backend).
 They pickle: pass one to a Process or a pool task in its arguments and use
 it there.  Only the master creates them.
 """
+import errno
 import pickle
 import queue as _stdqueue
 
@@ -39,23 +40,29 @@ class Queue:
         self._q = _handle
         self._maxsize = maxsize if maxsize > 0 else 0
         self._closed = False
+        _runtime.used = True
 
-    def put(self, obj, block=True, timeout=None):
+    def _usable(self, what):
+        if _runtime.forked_from is not None:
+            _runtime.check_not_forked("Queue.%s()" % what)
         if self._closed:
             raise ValueError("Queue %r is closed" % self)
+        return self._q
+
+    def put(self, obj, block=True, timeout=None):
+        q = self._usable("put")
         data = _dumps(obj)
         try:
-            self._q.put(data, _ms(block, timeout))
+            q.put(data, _ms(block, timeout))
         except _fiber.FiberError as e:
             if getattr(e, "code", None) in _WOULD_WAIT:
                 raise _stdqueue.Full from None
             raise
 
     def get(self, block=True, timeout=None):
-        if self._closed:
-            raise ValueError("Queue %r is closed" % self)
+        q = self._usable("get")
         try:
-            data = self._q.get(_ms(block, timeout))
+            data = q.get(_ms(block, timeout))
         except _fiber.FiberError as e:
             if getattr(e, "code", None) in _WOULD_WAIT:
                 raise _stdqueue.Empty from None
@@ -69,13 +76,18 @@ class Queue:
         return self.get(False)
 
     def qsize(self):
+        return self._q_size("qsize")
+
+    def _q_size(self, what):
+        if _runtime.forked_from is not None:
+            _runtime.check_not_forked("Queue.%s()" % what)
         return self._q.size()
 
     def empty(self):
-        return self._q.size() == 0
+        return self._q_size("empty") == 0
 
     def full(self):
-        return bool(self._maxsize) and self._q.size() >= self._maxsize
+        return bool(self._maxsize) and self._q_size("full") >= self._maxsize
 
     def close(self):
         """As multiprocessing's: this process puts no more (the queue stays
@@ -168,6 +180,8 @@ class Connection:
         self._writable = writable
         self._peeked = None
         self._closed = False
+        self._handed_on = False   # pickled: other processes hold copies
+        _runtime.used = True
 
     @property
     def closed(self):
@@ -182,6 +196,9 @@ class Connection:
         return self._writable
 
     def _check(self, reading):
+        if _runtime.forked_from is not None:
+            _runtime.check_not_forked("Connection.%s()" % (
+                "recv" if reading else "send"))
         if self._closed:
             raise OSError("handle is closed")
         if reading and not self._readable:
@@ -197,11 +214,20 @@ class Connection:
         end = len(m) if size is None else offset + size
         if size is not None and (size < 0 or end > len(m)):
             raise ValueError("size is negative or buffer too small")
-        self._p.send(m[offset:end], -1)
+        self._send(m[offset:end])
 
     def send(self, obj):
         self._check(False)
-        self._p.send(_dumps(obj), -1)
+        self._send(_dumps(obj))
+
+    def _send(self, data):
+        try:
+            self._p.send(data, -1)
+        except _fiber.ClosedError as e:
+            # The other end is gone (its process died or closed it), as
+            # multiprocessing's EPIPE; this end's own close raised OSError
+            # in _check already.
+            raise BrokenPipeError(errno.EPIPE, str(e)) from None
 
     def _next(self, timeout_ms):
         if self._peeked is not None:
@@ -250,13 +276,24 @@ class Connection:
             raise
 
     def close(self):
+        """Closes this copy of the end.  As with multiprocessing, the other
+        end reads EOF once no process holds this end any more: closing an
+        end that was never handed on says so at once (its sending
+        direction is closed after what was sent); closing the master's
+        copy of an end it handed to a child (the usual
+        ``p.start(); child_end.close()``) only lets this copy go, and the
+        child's copy carries on (its end comes when the child closes it or
+        ends)."""
         if not self._closed:
             self._closed = True
-            if self._writable:
+            if _runtime.forked_from is not None:
+                return     # the parent's handle: left alone (queue.c)
+            if self._writable and not self._handed_on:
                 try:
                     self._p.close()
                 except _fiber.FiberError:
                     pass
+            self._p = None   # the handle is freed
 
     def fileno(self):
         raise OSError("a fiber pipe end has no file descriptor")
@@ -270,6 +307,7 @@ class Connection:
     def __reduce__(self):
         if self._closed:
             raise OSError("cannot pickle a closed connection")
+        self._handed_on = True
         return (_rebuild_connection, (self._p.serialize(), self._readable,
                                       self._writable))
 

@@ -7,7 +7,21 @@
  * Pipe.open), which is how the Python objects pickle.  Blocking calls
  * wait in slices (Ctrl-C is seen) with the GIL released.
  */
+#include <pthread.h>
+
 #include "binding.h"
+
+/* Set in a process fork() made from one that had loaded the extension
+ * (multiprocessing's 'fork' start method): the handles it inherited are
+ * copies of its parent's, whose connections they share, so they are
+ * never freed here (freeing would write on the parent's connections);
+ * fiber.queues refuses to use them with a clear error. */
+static int forked;
+
+static void on_fork_child(void)
+{
+    forked = 1;
+}
 
 typedef struct {
     PyObject_HEAD
@@ -92,7 +106,9 @@ static void queue_dealloc(FbpQueue *self)
 {
     fiber_queue *q = self->q;
     self->q = NULL;
-    if (self->shared)
+    if (forked)
+        ; /* its parent's: left alone */
+    else if (self->shared)
         FB_NOGIL(fiber_queue_detach(q));
     else
         FB_NOGIL(fiber_queue_free(q));
@@ -276,7 +292,8 @@ static void pipe_dealloc(FbpPipe *self)
 {
     fiber_pipe *p = self->p;
     self->p = NULL;
-    FB_NOGIL(fiber_pipe_free(p));
+    if (!forked) /* in a forked process, its parent's: left alone */
+        FB_NOGIL(fiber_pipe_free(p));
     PyObject_Free(self);
 }
 
@@ -333,6 +350,7 @@ int fbp_queue_init(PyObject *m)
 {
     if (PyType_Ready(&FbpQueueType) < 0 || PyType_Ready(&FbpPipeType) < 0)
         return -1;
+    pthread_atfork(NULL, NULL, on_fork_child);
     if (PyModule_AddObjectRef(m, "Queue", (PyObject *)&FbpQueueType) != 0)
         return -1;
     return PyModule_AddObjectRef(m, "Pipe", (PyObject *)&FbpPipeType);

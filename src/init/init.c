@@ -6,6 +6,7 @@
  */
 #include "base/common.h"
 #include "objsrv/objsrv.h"
+#include "pipe/pipe_ops.h"
 #include "runtime/hooks.h"
 #include "runtime/runtime.h"
 #include "store/object_int.h"
@@ -17,6 +18,14 @@ static void api_shutdown(void)
     fb_objects_shutdown();
 }
 
+/* A child whose target returned: pipe ends' unwritten output, then the
+ * pipelined puts of every connection (the pipes' relayed sends too). */
+static void api_drain(uint64_t deadline_ms)
+{
+    fb_pipes_drain(deadline_ms);
+    fb_oclients_drain(deadline_ms);
+}
+
 static const struct fb_api_hooks api_hooks = {
     .shutdown = api_shutdown,
     .objects_address = fb_objects_master_address,
@@ -24,7 +33,7 @@ static const struct fb_api_hooks api_hooks = {
     .task_shared = fb_objects_set_task_shared,
     .task_begin = fb_objects_task_begin,
     .task_end = fb_objects_task_end,
-    .drain = fb_oclients_drain,
+    .drain = api_drain,
 };
 
 FIBER_API int fiber_init(int *argc, char ***argv)

@@ -139,6 +139,11 @@ int fb_sec_needs_key(const struct fb_conn *c)
            c->out_off < c->out.len;
 }
 
+int fb_sec_established(const struct fb_conn *c)
+{
+    return c->sec->state == HS_DONE;
+}
+
 int fb_sec_unsent(const struct fb_conn *c)
 {
     return c->sec->wire_off < c->sec->wire.len;

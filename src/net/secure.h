@@ -26,6 +26,9 @@ int fb_sec_failed(const struct fb_conn *c);
 
 /* 1 while output cannot be sealed because the peer's key has not come. */
 int fb_sec_needs_key(const struct fb_conn *c);
+/* Whether the handshake is done: the peer's key arrived and the session
+ * keys are derived (what is sent from here on is sealed and goes out). */
+int fb_sec_established(const struct fb_conn *c);
 
 /* 1 while sealed records wait to be written. */
 int fb_sec_unsent(const struct fb_conn *c);

@@ -173,9 +173,26 @@ static int handshake(struct fb_oclient *c)
     return rc;
 }
 
+/* A process that is not a job of the run (fb_rt_client_setup): its
+ * pipelined puts are written before it exits, as a child's are after its
+ * target. */
+static void drain_at_exit(void)
+{
+    fb_oclients_drain(fb_deadline_ms(30000));
+}
+
 int fb_oclient_get(const char *addr, const uint8_t token[FB_WIRE_TOKEN_LEN],
                    struct fb_oclient **out)
 {
+    int set = fb_rt_client_setup();
+    if (set < 0) {
+        char why[300];
+        fb_strlcpy(why, fiber_last_error(), sizeof why);
+        return fb_err(set, "cannot use a handle on %s in this process: %s",
+                      addr, why);
+    }
+    if (set == 1)
+        atexit(drain_at_exit);
     pthread_mutex_lock(&clients_mu);
     for (struct fb_oclient *c = clients; c; c = c->next) {
         if (!c->dead && strcmp(c->addr, addr) == 0 &&

@@ -55,6 +55,7 @@
 #include "base/spin.h"
 #include "base/thread.h"
 #include "net/gate.h"
+#include "net/secure.h"
 #include "objsrv/objsrv.h"
 #include "pipe/pipe_ops.h"
 #include "runtime/runtime.h"
@@ -63,12 +64,20 @@
 #define PIPE_CAPACITY 1024     /* messages per relayed direction */
 #define SLICE_MS 5             /* relayed waits, while a link may come */
 #define REJOIN_MS 50           /* a waiting end asks the rendezvous again */
+#define RELAYED_SLICE_MS 250   /* a relayed recv asks whether the other
+                                  end is gone this often */
+#define GONE_GRACE_MS 200      /* the last relayed get of a gone peer */
 #define MAX_CANDIDATES 8       /* unproven connections held at once */
 #define STEADY_NS 20000        /* sends closer than this are batched */
 #define OUT_HIGH (1u << 20)    /* unwritten bytes before a send waits */
 #define SPIN_US 50             /* the longest spin of a recv on the link */
 
-enum { S_FRESH, S_WAITING, S_LINKING, S_LINKED, S_RELAYED };
+/* S_DIALING: connected to the waiting end over an encrypted link whose
+ * handshake needs that end's key, which it sends only when its process
+ * next uses the pipe: until then this end sends on its relayed queue, and
+ * its HELLO and PIPE_LINK wait, so a send never waits for the other
+ * process to call in. */
+enum { S_FRESH, S_WAITING, S_DIALING, S_LINKING, S_LINKED, S_RELAYED };
 
 struct cand {
     struct fb_conn conn;
@@ -88,11 +97,19 @@ struct fiber_pipe {
     int state;
     int listen_fd;
     char bound[FB_PIPE_ADDR_MAX];
+    char dialed[FB_PIPE_ADDR_MAX]; /* the waiting end's address */
     struct fb_gate gate;
     uint64_t rejoin_ms;
     uint64_t nonce;
     struct fb_conn link;
     int hello_in;                  /* the peer's HELLO was checked */
+    int refused;                   /* the peer's set-up frames were wrong */
+    int peer_gone;                 /* the rendezvous said the other end's
+                                      only holder ended (GONE) */
+    int drained;                   /* ... and its relayed queue is empty */
+    uint32_t peer_pid;             /* who held it, for the message */
+    int held;                      /* the rendezvous knows this handle as
+                                      its side's holder (HOLD or JOIN) */
     uint64_t sent_relayed, got_relayed;
     int64_t peer_relayed;          /* -1 until the peer's PIPE_LINK */
     int closed;                    /* this end's sending direction */
@@ -102,12 +119,56 @@ struct fiber_pipe {
     pthread_t flusher;
     int has_flusher, fl_stop, writing;
     fiber_buf spare;               /* the flusher's batch buffer */
+    fiber_pipe *next_live;         /* the process's ends (fb_pipes_drain) */
     uint64_t last_send_ns;
     int recv_since_send;
     struct fb_spin spin;           /* a recv's wait on the link */
 };
 
 static const char *side_name(int side) { return side ? "pipe-b" : "pipe-a"; }
+
+/* Every end of this process, so that a child's exit can write what its
+ * ends' sends left unwritten (fb_pipes_drain).  live_mu is never taken
+ * while an end's mu is held. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static fiber_pipe *live;
+
+/* A process that never called fiber_init (a multiprocessing child handed
+ * an end) has no drain hook: its ends are drained at exit.  Registered
+ * after the object client's own exit drain (the end's queues connected
+ * first), so it runs before it. */
+static void drain_at_exit(void)
+{
+    fb_pipes_drain(fb_deadline_ms(30000));
+}
+
+static void register_drain(void)
+{
+    if (fiber_is_master() < 0)
+        atexit(drain_at_exit);
+}
+
+static pthread_once_t drain_once = PTHREAD_ONCE_INIT;
+
+static void live_add(fiber_pipe *p)
+{
+    pthread_once(&drain_once, register_drain);
+    pthread_mutex_lock(&live_mu);
+    p->next_live = live;
+    live = p;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(fiber_pipe *p)
+{
+    pthread_mutex_lock(&live_mu);
+    fiber_pipe **pp = &live;
+    while (*pp && *pp != p)
+        pp = &(*pp)->next_live;
+    if (*pp)
+        *pp = p->next_live;
+    pthread_mutex_unlock(&live_mu);
+}
 
 static int check_pipe(const fiber_pipe *p)
 {
@@ -139,6 +200,7 @@ static int pipe_end(fiber_pipe **out, int side, const char *srv,
     p->peer_relayed = -1;
     fb_conn_init(&p->link, -1, FB_GATE_HELLO_MAX);
     fb_spin_init(&p->spin, sysconf(_SC_NPROCESSORS_ONLN) > 1 ? SPIN_US : 0);
+    live_add(p);
     *out = p;
     return 0;
 }
@@ -156,6 +218,13 @@ static void link_break(fiber_pipe *p, const char *fmt, const char *detail)
 static int link_error(const fiber_pipe *p)
 {
     return fb_err(FIBER_ECLOSED, "%s", p->why);
+}
+
+static int gone_error(const fiber_pipe *p)
+{
+    return fb_err(FIBER_ECLOSED, "the process holding %s (pid %u) went away "
+                  "(it ended, or freed its end of the pipe)",
+                  side_name(1 - p->side), p->peer_pid);
 }
 
 /* ==== listening and the rendezvous ======================================= */
@@ -301,7 +370,59 @@ static int dial(fiber_pipe *p, const char *addr)
         fall_back(p, addr, text);
         return 0;
     }
+    if (p->link.sec && !fb_sec_established(&p->link)) {
+        fb_strlcpy(p->dialed, addr, sizeof p->dialed);
+        p->state = S_DIALING;
+        return 0;
+    }
     return greet(p);
+}
+
+/* An encrypted dial's handshake: greets once the waiting end's key has
+ * come; falls back to the relayed queues if the link failed. */
+static int dial_progress(fiber_pipe *p)
+{
+    int r = fb_conn_read(&p->link);
+    if (fb_sec_established(&p->link) && !fb_sec_failed(&p->link))
+        return greet(p);
+    if (r != 0 || fb_sec_failed(&p->link)) {
+        fall_back(p, p->dialed, p->link.err[0] ? p->link.err
+                                               : "the link failed");
+    }
+    return 0;
+}
+
+static struct cand *listen_round(fiber_pipe *p, int wait_ms);
+static int adopt(fiber_pipe *p, struct cand *c);
+
+/* GONE: the other end's only handle went away.  A waiting end first
+ * takes a connection the other end may have dialled before it went (its
+ * HELLO, PIPE_LINK and messages are in the socket: the link is set up
+ * and read to its end); otherwise the pipe is relayed for good, and recv
+ * takes what is left on the relayed queue, then fails with FIBER_ECLOSED
+ * (send fails at once). */
+static int other_end_gone(fiber_pipe *p, const struct fb_oresult *res)
+{
+    const void *d;
+    size_t len;
+    if (res->count == 4 && fb_oresult_item(res, 3, &d, &len) == 0 &&
+        len == 4)
+        memcpy(&p->peer_pid, d, 4);
+    for (int i = 0; i < 2 * MAX_CANDIDATES && p->state == S_WAITING &&
+                    p->listen_fd >= 0;
+         i++) {
+        struct cand *c = listen_round(p, 0);
+        if (c)
+            return adopt(p, c);
+    }
+    if (p->state == S_LINKING || p->state == S_LINKED)
+        return 0;
+    fb_log_debug("pipe %u %s: the other end is gone (pid %u)", p->rdv,
+                 side_name(p->side), p->peer_pid);
+    stop_listening(p);
+    p->peer_gone = 1;
+    p->state = S_RELAYED;
+    return 0;
 }
 
 /* Reads JOIN's answer and acts on it. */
@@ -311,10 +432,16 @@ static int joined(fiber_pipe *p, const struct fb_oresult *res)
     size_t len;
     uint32_t verdict;
     char addr[FB_PIPE_ADDR_MAX];
-    if (res->count != 3 || fb_oresult_item(res, 0, &d, &len) != 0 ||
-        len != 4)
+    if (res->count < 3 || res->count > 4 ||
+        fb_oresult_item(res, 0, &d, &len) != 0 || len != 4)
         return fb_err(FIBER_EPROTO, "the pipe's rendezvous answered badly");
     memcpy(&verdict, d, 4);
+    fb_log_debug("pipe %u %s: JOIN answered %u in state %d", p->rdv,
+                 side_name(p->side), verdict, p->state);
+    if (verdict == FB_PRDV_GONE)
+        return other_end_gone(p, res);
+    if (p->state == S_RELAYED)
+        return 0; /* relayed for good; the other end is still there */
     fb_oresult_item(res, 1, &d, &len);
     if (len == 8)
         memcpy(&p->nonce, d, 8);
@@ -349,10 +476,13 @@ static int join(fiber_pipe *p)
                           {p->bound, p->listen_fd >= 0 ? strlen(p->bound)
                                                        : 0}};
     struct fb_oresult res = {0};
-    p->rejoin_ms = fb_now_ms() + REJOIN_MS;
     int rc = rdv_call(p, FB_PRDV_JOIN, items, 4, &res);
-    if (rc == 0 && p->state <= S_WAITING)
+    if (rc == 0)
+        p->held = 1;
+    if (rc == 0 && (p->state <= S_WAITING || p->state == S_RELAYED))
         rc = joined(p, &res);
+    p->rejoin_ms = fb_now_ms() +
+                   (p->state == S_RELAYED ? RELAYED_SLICE_MS : REJOIN_MS);
     fb_oresult_free(&res);
     if (rc && p->state == S_FRESH)
         stop_listening(p);
@@ -463,6 +593,7 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
             return 0;
         }
         link_break(p, "the peer dialled as %s is not it: %s", why);
+        p->refused = 1;
         return FIBER_EAUTH;
     }
     uint64_t n;
@@ -470,6 +601,7 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
         fb_wire_get_pipe_link(pl, h->len, &n, why, sizeof why) != 0) {
         link_break(p, "%s sent no PIPE_LINK after its HELLO: %s",
                    h->type == FB_MSG_PIPE_LINK ? why : "another message");
+        p->refused = 1;
         return FIBER_EPROTO;
     }
     p->peer_relayed = (int64_t)n;
@@ -477,7 +609,11 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
     return 0;
 }
 
-/* Reads the link's handshake frames as far as they have come. */
+/* Reads the link's handshake frames as far as they have come.  A link
+ * that broke (our HELLO could not be written: the other end sent its
+ * HELLO, PIPE_LINK and messages, and exited before we answered) is still
+ * read: what the other end sent before it went is received, then
+ * FIBER_ECLOSED.  Only a peer whose frames were wrong is not read on. */
 static void read_control(fiber_pipe *p)
 {
     /* (Never while the flusher writes: one writer at a time.) */
@@ -488,14 +624,15 @@ static void read_control(fiber_pipe *p)
     int rc = fb_conn_read(&p->link);
     struct fb_wire_hdr h;
     const uint8_t *pl;
-    while (!p->broken && p->state == S_LINKING) {
+    while (!p->refused && p->state == S_LINKING) {
         int got = fb_conn_next(&p->link, &h, &pl);
-        if (got < 0)
+        if (got < 0) {
             link_break(p, "%s sent a bad frame while linking: %s",
                        p->link.err);
-        if (got != 1)
+            p->refused = 1;
+        }
+        if (got != 1 || control_frame(p, &h, pl) != 0)
             break;
-        control_frame(p, &h, pl);
     }
     if (p->state == S_LINKING && rc != 0 && !p->broken)
         link_break(p, "the process holding %s went away while the pipe was "
@@ -511,12 +648,20 @@ static int progress(fiber_pipe *p, int wait_ms)
         return join(p);
     if (p->state == S_WAITING) {
         struct cand *c = p->listen_fd >= 0 ? listen_round(p, wait_ms) : NULL;
-        if (c)
-            return adopt(p, c);
-        if (p->state == S_WAITING && fb_now_ms() >= p->rejoin_ms)
-            return join(p);
-        return 0;
+        if (!c) {
+            if (p->state == S_WAITING && fb_now_ms() >= p->rejoin_ms)
+                return join(p);
+            return 0;
+        }
+        int rc = adopt(p, c);
+        if (rc)
+            return rc;
+        /* What the other end sent after its HELLO is read now: if it has
+         * already gone, our answer failed to write (the link is broken)
+         * and its PIPE_LINK and messages are all there is. */
     }
+    if (p->state == S_DIALING)
+        return dial_progress(p);
     if (p->state == S_LINKING)
         read_control(p);
     return 0;
@@ -668,6 +813,8 @@ FIBER_API int fiber_pipe_send(fiber_pipe *p, const void *data, size_t len,
     rc = progress(p, 0);
     if (rc == 0 && p->closed)
         rc = fb_err(FIBER_ECLOSED, "this end of the pipe was closed");
+    if (rc == 0 && p->peer_gone)
+        rc = gone_error(p);
     if (rc == 0 && p->state >= S_LINKING && p->state != S_RELAYED) {
         rc = p->broken ? link_error(p)
                        : send_direct(p, data, len, timeout_ms);
@@ -764,22 +911,52 @@ static int from_link(const fiber_pipe *p)
            p->got_relayed >= (uint64_t)p->peer_relayed;
 }
 
-/* One relayed get, at most a slice long while a link may still come;
- * mu held on entry and return. */
+/* One relayed get, at most a slice long: SLICE_MS while a link may still
+ * come, RELAYED_SLICE_MS on a relayed pipe (between two slices recv asks
+ * whether the other end is gone); mu held on entry and return. */
 static int recv_relayed(fiber_pipe *p, fiber_buf *out, int timeout_ms,
                         uint64_t deadline)
 {
-    int slice = timeout_ms;
-    if (p->state != S_RELAYED) {
-        int left = fb_ms_left(deadline);
-        slice = left >= 0 && left < SLICE_MS ? left : SLICE_MS;
-    }
+    int slice = p->state == S_RELAYED ? RELAYED_SLICE_MS : SLICE_MS;
+    int left = fb_ms_left(deadline);
+    if (timeout_ms == 0)
+        slice = 0;
+    else if (left >= 0 && left < slice)
+        slice = left;
     pthread_mutex_unlock(&p->mu);
     int rc = fiber_queue_get(p->recv, out, slice);
     pthread_mutex_lock(&p->mu);
     if (rc == 0)
         p->got_relayed++;
     return rc;
+}
+
+/* The other end will send no more (it is gone, or its link broke before
+ * it said how many messages it had relayed): what it put on the relayed
+ * queue is still taken, then FIBER_ECLOSED.  The last get waits a little
+ * (GONE_GRACE_MS), for puts still on their way to the server. */
+static int recv_after_peer(fiber_pipe *p, fiber_buf *out)
+{
+    int rc = FIBER_EAGAIN;
+    if (!p->drained) {
+        pthread_mutex_unlock(&p->mu);
+        rc = fiber_queue_get(p->recv, out, GONE_GRACE_MS);
+        pthread_mutex_lock(&p->mu);
+    }
+    if (rc == 0) {
+        p->got_relayed++;
+        return 0;
+    }
+    if (rc != FIBER_EAGAIN && rc != FIBER_ETIMEDOUT && rc != FIBER_ECLOSED)
+        return rc;
+    if (rc == FIBER_ECLOSED) /* closed by the other end: that says why */
+        return rc;
+    fb_log_debug("pipe %u %s: end of stream after %llu relayed messages "
+                 "(state %d, gone %d, broken %d)", p->rdv, side_name(p->side),
+                 (unsigned long long)p->got_relayed, p->state, p->peer_gone,
+                 p->broken);
+    p->drained = 1;
+    return p->peer_gone ? gone_error(p) : link_error(p);
 }
 
 FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
@@ -802,10 +979,19 @@ FIBER_API int fiber_pipe_recv(fiber_pipe *p, fiber_buf *out, int timeout_ms)
             rc = recv_direct(p, out, timeout_ms, deadline);
             break;
         }
-        if (p->state == S_RELAYED) {
-            pthread_mutex_unlock(&p->mu);
-            return fiber_queue_get(p->recv, out, timeout_ms);
+        if (p->state == S_LINKING && p->broken)
+            read_control(p); /* what came before the break */
+        if (from_link(p))
+            continue;
+        if (p->peer_gone || (p->state == S_LINKING && p->broken)) {
+            rc = recv_after_peer(p, out);
+            break;
         }
+        if (p->state == S_RELAYED && fb_now_ms() >= p->rejoin_ms &&
+            (rc = join(p)) != 0)
+            break;
+        if (p->peer_gone)
+            continue;
         rc = recv_relayed(p, out, timeout_ms, deadline);
         if (rc != FIBER_ETIMEDOUT && rc != FIBER_EAGAIN)
             break;
@@ -860,7 +1046,15 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
     if (!out)
         return fb_err(FIBER_EINVAL, "fiber_pipe_serialize: out is NULL");
     pthread_mutex_lock(&p->mu);
-    int linked = p->state == S_LINKING || p->state == S_LINKED;
+    int linked = p->state >= S_DIALING && p->state <= S_LINKED;
+    if (!linked && p->held) {
+        /* The holder hands its side on: the side must not be declared
+         * gone when this process ends before the next holder opens it. */
+        uint32_t side = (uint32_t)p->side;
+        fiber_iov it = {&side, 4};
+        if (rdv_call(p, FB_PRDV_HANDED, &it, 1, NULL) != 0)
+            fb_log_debug("pipe: HANDED failed: %s", fiber_last_error());
+    }
     pthread_mutex_unlock(&p->mu);
     if (linked)
         return fb_err(FIBER_ESTATE,
@@ -874,6 +1068,21 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
     memcpy(tail, &p->rdv, 4);
     tail[4] = (uint8_t)p->side;
     return rc ? rc : fiber_buf_append(out, tail, sizeof tail);
+}
+
+/* Tells the rendezvous that this process holds p's side (HOLD), so that
+ * the side is gone if the process ends before using it.  A failure only
+ * costs that. */
+static void hold(fiber_pipe *p)
+{
+    uint32_t side = (uint32_t)p->side, pid = (uint32_t)getpid();
+    fiber_iov items[3] = {{&side, 4}, {&pid, 4}, {&p->hid, 8}};
+    pthread_mutex_lock(&p->mu);
+    if (rdv_call(p, FB_PRDV_HOLD, items, 3, NULL) != 0)
+        fb_log_debug("pipe: HOLD failed: %s", fiber_last_error());
+    else
+        p->held = 1;
+    pthread_mutex_unlock(&p->mu);
 }
 
 FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len)
@@ -901,8 +1110,10 @@ FIBER_API int fiber_pipe_open(fiber_pipe **out, const void *data, size_t len)
     if (rc) {
         fiber_queue_free(s);
         fiber_queue_free(r);
+        return rc;
     }
-    return rc;
+    hold(*out);
+    return 0;
 }
 
 static unsigned long pipe_seq;
@@ -977,6 +1188,7 @@ FIBER_API void fiber_pipe_free(fiber_pipe *p)
 {
     if (!p || check_pipe(p))
         return;
+    live_remove(p);
     pthread_mutex_lock(&p->mu);
     p->magic = 0;
     if (p->link.fd >= 0 && !p->broken)
@@ -994,6 +1206,19 @@ FIBER_API void fiber_pipe_free(fiber_pipe *p)
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cond);
     free(p);
+}
+
+void fb_pipes_drain(uint64_t deadline_ms)
+{
+    pthread_mutex_lock(&live_mu);
+    for (fiber_pipe *p = live; p; p = p->next_live) {
+        pthread_mutex_lock(&p->mu);
+        if (p->link.fd >= 0 && !p->broken &&
+            (p->state == S_LINKING || p->state == S_LINKED))
+            drain_to(p, 0, fb_ms_left(deadline_ms), deadline_ms);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&live_mu);
 }
 
 /* For tests: whether p is linked directly (1), and where it listens while

@@ -14,6 +14,16 @@
  * end handed on before the link), or when the dialer cannot reach the
  * listener (FALLBACK).
  *
+ * The end of a side: a side's holder is the handle that JOINed it or
+ * opened it (HOLD; the master's handles from fiber_pipe_create hold
+ * nothing until used).  When the holder's connection goes away (its
+ * process ended, or it freed the handle and held nothing else on this
+ * server) and no other handle of that side was seen (nor a holder
+ * serialised it: HANDED), the side is gone, and
+ * the other end's next JOIN is answered GONE: it takes what is left on
+ * its relayed queue, then reports the end of the stream, instead of
+ * waiting for an end that no process holds.
+ *
  * Threads: it runs in the object server's thread, as every kind does.
  */
 #include <stdint.h>
@@ -35,6 +45,11 @@ struct prdv_side {
     const struct fb_oconn *conn; /* the connection it joined on */
     uint32_t pid;
     uint64_t hid;
+    uint64_t holder; /* the handle that holds the side (JOIN or HOLD) */
+    const struct fb_oconn *holder_conn;
+    uint32_t holder_pid;
+    int several;     /* another handle of this side was seen too */
+    int gone;        /* its only holder's connection went away */
     char addr[FB_PIPE_ADDR_MAX];
 };
 
@@ -51,6 +66,17 @@ static void answer(struct prdv *d, struct fb_oreq *req, uint32_t verdict,
                           {&d->nonce, 8},
                           {addr, addr ? strlen(addr) : 0}};
     fb_oreq_reply(req, 0, items, 3);
+}
+
+/* The other end is gone: the pipe is relayed for good, and this end is
+ * told so with the pid that held the other end. */
+static void answer_gone(struct prdv *d, struct fb_oreq *req,
+                        const struct prdv_side *other)
+{
+    uint32_t verdict = FB_PRDV_GONE, pid = other->holder_pid;
+    fiber_iov items[4] = {{&verdict, 4}, {&d->nonce, 8}, {"", 0}, {&pid, 4}};
+    d->mode = M_RELAYED;
+    fb_oreq_reply(req, 0, items, 4);
 }
 
 /* A second handle of a side that has already joined. */
@@ -75,6 +101,20 @@ static void join_again(struct prdv *d, struct fb_oreq *req, uint32_t s,
     answer(d, req, FB_PRDV_RELAYED, NULL);
 }
 
+/* Notes that handle hid of side me is held by the process on conn. */
+static void note_holder(struct prdv_side *me, uint64_t hid, uint32_t pid,
+                        const struct fb_oconn *conn)
+{
+    if (me->holder && me->holder != hid) {
+        me->several = 1; /* the side is no longer one handle's */
+        me->gone = 0;
+        return;
+    }
+    me->holder = hid;
+    me->holder_pid = pid;
+    me->holder_conn = conn;
+}
+
 static void prdv_join(struct prdv *d, struct fb_oreq *req)
 {
     uint32_t s = 2, pid = 0;
@@ -87,15 +127,25 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
         return;
     }
     memcpy(&hid, req->items[2].data, 8);
-    if (d->mode == M_RELAYED) {
-        answer(d, req, FB_PRDV_RELAYED, NULL);
+    struct prdv_side *me = &d->side[s], *other = &d->side[1 - s];
+    note_holder(me, hid, pid, req->conn);
+    if (other->gone || d->mode == M_RELAYED) {
+        if (!me->joined) {
+            me->joined = 1;
+            me->pid = pid;
+            me->hid = hid;
+            me->conn = req->conn;
+        }
+        if (other->gone)
+            answer_gone(d, req, other);
+        else
+            answer(d, req, FB_PRDV_RELAYED, NULL);
         return;
     }
-    if (d->side[s].joined) {
+    if (me->joined) {
         join_again(d, req, s, hid);
         return;
     }
-    struct prdv_side *me = &d->side[s], *other = &d->side[1 - s];
     me->joined = 1;
     me->pid = pid;
     me->hid = hid;
@@ -113,11 +163,38 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
     }
 }
 
+static void prdv_hold(struct prdv *d, struct fb_oreq *req)
+{
+    uint32_t s = 2, pid = 0;
+    uint64_t hid;
+    if (req->count != 3 || fb_item_u32(req, 0, &s) != 0 || s > 1 ||
+        fb_item_u32(req, 1, &pid) != 0 || req->items[2].len != 8) {
+        fb_oreq_fail(req, FIBER_EINVAL, "HOLD wants a side (0 or 1), a pid "
+                                        "and a handle id");
+        return;
+    }
+    memcpy(&hid, req->items[2].data, 8);
+    note_holder(&d->side[s], hid, pid, req->conn);
+    fb_oreq_reply(req, 0, NULL, 0);
+}
+
 static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
 {
     struct prdv *d = o->state;
     if (req->op == FB_PRDV_JOIN)
         prdv_join(d, req);
+    else if (req->op == FB_PRDV_HOLD)
+        prdv_hold(d, req);
+    else if (req->op == FB_PRDV_HANDED) {
+        uint32_t s = 2;
+        if (req->count != 1 || fb_item_u32(req, 0, &s) != 0 || s > 1) {
+            fb_oreq_fail(req, FIBER_EINVAL, "HANDED wants a side (0 or 1)");
+            return 1;
+        }
+        d->side[s].several = 1; /* a holder may come later: never gone */
+        d->side[s].gone = 0;
+        fb_oreq_reply(req, 0, NULL, 0);
+    }
     else if (req->op == FB_PRDV_FALLBACK) {
         if (d->mode != M_RELAYED)
             fb_log_info("pipe: the ends could not connect directly; the "
@@ -131,7 +208,8 @@ static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
 }
 
 /* A process that joined and was killed while it waited cannot remove its
- * socket (which would keep the run directory from being removed). */
+ * socket (which would keep the run directory from being removed).  A
+ * side whose only handle this was is gone. */
 static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
 {
     struct prdv *d = o->state;
@@ -139,7 +217,14 @@ static void prdv_conn_gone(struct fb_obj *o, struct fb_oconn *c)
         if (d->side[s].conn == c) {
             if (d->side[s].addr[0])
                 fb_rdv_unlink_sock(o->srv, d->side[s].addr, "pipe");
+            d->side[s].addr[0] = '\0';
             d->side[s].conn = NULL;
+        }
+    for (int s = 0; s < 2; s++)
+        if (d->side[s].holder_conn == c) {
+            d->side[s].holder_conn = NULL;
+            if (!d->side[s].several)
+                d->side[s].gone = 1;
         }
 }
 

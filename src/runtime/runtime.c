@@ -214,6 +214,31 @@ static int init_common(int *argc, char ***argv)
     return 0;
 }
 
+int fb_rt_client_setup(void)
+{
+    /* The usual case, on every object connection: nothing to do, and the
+     * runtime lock (held around backend calls) is not taken for it. */
+    if (__atomic_load_n(&rt.initialized, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&rt.client, __ATOMIC_ACQUIRE))
+        return 0;
+    fb_rt_lock();
+    if (rt.initialized || rt.client) {
+        fb_rt_unlock();
+        return 0;
+    }
+    int rc = sodium_init() < 0
+                 ? fb_err(FIBER_ESYS, "libsodium failed to initialise")
+                 : 0;
+    if (rc == 0)
+        rc = load_config(&rt.cfg, 1);
+    if (rc == 0)
+        rc = fb_build_id(rt.build_id, sizeof rt.build_id);
+    if (rc == 0)
+        __atomic_store_n(&rt.client, 1, __ATOMIC_RELEASE);
+    fb_rt_unlock();
+    return rc ? rc : 1;
+}
+
 int fb_rt_init(int *argc, char ***argv)
 {
     fb_err_clear();

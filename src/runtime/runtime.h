@@ -109,6 +109,16 @@ const struct fb_config *fb_rt_config(void);
  * called wherever the configuration in force is loaded or changed. */
 void fb_rt_config_changed(void);
 
+/* Makes a process in which fiber_init was never called (a child that
+ * multiprocessing or another program started, which was handed a
+ * serialised queue or pipe end) able to use a handle on a run's object
+ * server: loads the configuration (defaults, .fiberconfig, FIBER_*
+ * environment), libsodium and the program's build id, which a HELLO must
+ * carry.  Nothing else of a run (no role, no listener, no jobs).  A no-op
+ * once done, or after fiber_init.  Returns 1 when it set the process up
+ * now, 0 when there was nothing to do, or a negative code. */
+int fb_rt_client_setup(void);
+
 /* Bracket a series of fb_rt_launch calls whose jobs the backend may submit
  * together (a pool's workers: one Slurm array job).  Lock NOT held by the
  * caller.  fb_rt_batch_end returns 0 or the code of a submission that
@@ -164,6 +174,7 @@ uint64_t fb_rt_refused_peers(void);
 struct fb_runtime {
     int initialized;
     int master;     /* 1 master, 0 child */
+    int client;     /* fb_rt_client_setup ran (not a job of any run) */
     int shut_down;
     pthread_mutex_t lock;
     pthread_cond_t changed; /* any job ended, reported, connected */

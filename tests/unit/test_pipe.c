@@ -8,6 +8,7 @@
  * a linked end refused for hand-over (docs/pipe.md).
  */
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,6 +103,61 @@ FIBER_TASK(stream)
         rc = 102;
     fiber_pipe_free(p);
     return rc;
+}
+
+/* Sends count numbered messages and frees its end without closing it:
+ * the process then exits (its end of a link ends with it). */
+FIBER_TASK(send_and_go)
+{
+    struct job j;
+    fiber_pipe *p;
+    if (open_job(arg, len, &p, &j) != 0)
+        return 100;
+    for (int32_t i = 0; i < j.count; i++)
+        if (fiber_pipe_send(p, &i, sizeof i, -1) != 0)
+            return 101;
+    fiber_pipe_free(p);
+    return 0;
+}
+
+/* Sends count numbered messages (each acknowledged by the server: not
+ * pipelined) and kills itself without freeing anything. */
+FIBER_TASK(send_and_die)
+{
+    struct job j;
+    fiber_pipe *p;
+    if (open_job(arg, len, &p, &j) != 0)
+        return 100;
+    for (int32_t i = 0; i < j.count; i++)
+        if (fiber_pipe_send(p, &i, sizeof i, 10000) != 0)
+            return 101;
+    kill(getpid(), SIGKILL);
+    return 102;
+}
+
+/* Opens its end and exits without using it. */
+FIBER_TASK(hold_and_go)
+{
+    struct job j;
+    fiber_pipe *p;
+    if (open_job(arg, len, &p, &j) != 0)
+        return 100;
+    fiber_pipe_free(p);
+    return 0;
+}
+
+/* Sends count numbered messages pipelined and returns without freeing
+ * or closing its end, as a Python target does (its process then exits). */
+FIBER_TASK(send_and_return)
+{
+    struct job j;
+    fiber_pipe *p;
+    if (open_job(arg, len, &p, &j) != 0)
+        return 100;
+    for (int32_t i = 0; i < j.count; i++)
+        if (fiber_pipe_send(p, &i, sizeof i, -1) != 0)
+            return 101;
+    return 0;
 }
 
 static struct job job_for(fiber_pipe *end, int count)
@@ -268,6 +324,116 @@ TEST(close_drains_then_eof_and_half_closes)
     fiber_buf_free(&got);
     fiber_pipe_free(a);
     fiber_pipe_free(b);
+}
+
+/* The master's end waits first (its first use is a recv), and the child
+ * dials it, sends a few messages and exits before the master's end has
+ * answered: the messages arrive all the same, then FIBER_ECLOSED (the
+ * child went away).  The master's answer once failed to write to the
+ * gone child, and the link's set-up stopped there with the child's
+ * PIPE_LINK and messages unread: they never arrived. */
+TEST(messages_of_a_peer_gone_before_the_link_was_answered_arrive)
+{
+    for (int round = 0; round < 5; round++) {
+        fiber_pipe *tx, *rx;
+        CHECK_OK(fiber_pipe_create(&tx, &rx, 0));
+        fiber_buf got = {0};
+        CHECK_ERR(fiber_pipe_recv(rx, &got, 0), FIBER_EAGAIN);
+        struct job j = job_for(tx, 3);
+        fiber_pipe_free(tx);
+        CHECK_EQ(finish(start("send_and_go", &j)), 0);
+        for (int32_t i = 0; i < 3; i++) {
+            got.len = 0;
+            CHECK_OK(fiber_pipe_recv(rx, &got, 20000));
+            CHECK_EQ(got.len, sizeof i);
+            int32_t v;
+            memcpy(&v, got.data, sizeof v);
+            CHECK_EQ(v, i);
+        }
+        CHECK_ERR(fiber_pipe_recv(rx, &got, 20000), FIBER_ECLOSED);
+        fiber_buf_free(&got);
+        fiber_pipe_free(rx);
+    }
+}
+
+/* The child uses its end first (so it waits, and its messages go through
+ * the relayed queue), then exits or is killed before the master's end is
+ * used: the master receives what it sent, then FIBER_ECLOSED naming the
+ * gone process, instead of waiting for an end no process holds (the
+ * rendezvous saw the child's connection end: GONE); a send fails the
+ * same way. */
+TEST(a_peer_gone_before_the_other_end_was_used_ends_the_stream)
+{
+    const char *tasks[] = {"send_and_go", "send_and_die"};
+    for (int t = 0; t < 2; t++) {
+        fiber_pipe *a, *b;
+        CHECK_OK(fiber_pipe_create(&a, &b, 1));
+        struct job j = job_for(b, 3);
+        fiber_pipe_free(b);
+        int code = finish(start(tasks[t], &j));
+        CHECK_EQ(code, t == 0 ? 0 : -SIGKILL);
+        fiber_buf got = {0};
+        for (int32_t i = 0; i < 3; i++) {
+            got.len = 0;
+            CHECK_OK(fiber_pipe_recv(a, &got, 20000));
+            int32_t v;
+            memcpy(&v, got.data, sizeof v);
+            CHECK_EQ(v, i);
+        }
+        CHECK_ERR(fiber_pipe_recv(a, &got, 20000), FIBER_ECLOSED);
+        CHECK_CONTAINS(fiber_last_error(), "went away");
+        CHECK_ERR(fiber_pipe_recv(a, &got, 0), FIBER_ECLOSED);
+        CHECK_ERR(fiber_pipe_send(a, "x", 1, -1), FIBER_ECLOSED);
+        fiber_buf_free(&got);
+        fiber_pipe_free(a);
+    }
+}
+
+/* A child that opened its end and ended without using it: the master's
+ * recv, already waiting, fails with FIBER_ECLOSED instead of waiting for
+ * an end no process holds (the open said HOLD to the rendezvous). */
+TEST(a_peer_that_never_used_its_end_ends_the_stream)
+{
+    fiber_pipe *a, *b;
+    CHECK_OK(fiber_pipe_create(&a, &b, 1));
+    fiber_buf got = {0};
+    CHECK_ERR(fiber_pipe_recv(a, &got, 0), FIBER_EAGAIN); /* a waits */
+    struct job j = job_for(b, 0);
+    fiber_pipe_free(b);
+    fiber_process *p = start("hold_and_go", &j);
+    CHECK_ERR(fiber_pipe_recv(a, &got, 60000), FIBER_ECLOSED);
+    CHECK_CONTAINS(fiber_last_error(), "went away");
+    CHECK_EQ(finish(p), 0);
+    fiber_buf_free(&got);
+    fiber_pipe_free(a);
+}
+
+/* A child streams over the link and its target returns without freeing
+ * its end: the messages its flusher had not yet written when the target
+ * returned still arrive (the child drains its ends before it exits; the
+ * last batch was lost before), then FIBER_ECLOSED. */
+TEST(a_stream_whose_sender_returns_without_freeing_arrives_whole)
+{
+    for (int round = 0; round < 3; round++) {
+        fiber_pipe *tx, *rx;
+        CHECK_OK(fiber_pipe_create(&tx, &rx, 0));
+        fiber_buf got = {0};
+        CHECK_ERR(fiber_pipe_recv(rx, &got, 0), FIBER_EAGAIN);
+        struct job j = job_for(tx, 20000);
+        fiber_pipe_free(tx);
+        fiber_process *p = start("send_and_return", &j);
+        for (int32_t i = 0; i < 20000; i++) {
+            got.len = 0;
+            CHECK_OK(fiber_pipe_recv(rx, &got, 20000));
+            int32_t v;
+            memcpy(&v, got.data, sizeof v);
+            CHECK_EQ(v, i);
+        }
+        CHECK_ERR(fiber_pipe_recv(rx, &got, 20000), FIBER_ECLOSED);
+        CHECK_EQ(finish(p), 0);
+        fiber_buf_free(&got);
+        fiber_pipe_free(rx);
+    }
 }
 
 /* Waits until the peer on fd closed its side; 1 when it did. */
