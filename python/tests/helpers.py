@@ -92,6 +92,13 @@ def sleep_forever():
         time.sleep(1)
 
 
+def say_up_then_sleep_forever(q):
+    """Tells q it runs (a pod or container may take seconds to start),
+    then sleeps until it is stopped."""
+    q.put("up")
+    sleep_forever()
+
+
 def put_to(q, value):
     q.put(value)
 
