@@ -11,3 +11,15 @@ es_reference() {
     [ $_status -eq 1 ] && grep -q "after $N iterations" "$1.out" ||
         fail "reference run: status $_status: $(tail -3 "$1.out")"
 }
+
+# es_reference_like FILE OUTPUT: the reference for a run whose last
+# master's output is OUTPUT: N, the iterations of its "not solved: ...
+# after N iterations" line (a run with es --after-resumes ends where its
+# last life got to), then es_reference FILE with --iters N added to
+# $common.
+es_reference_like() {
+    N=$(sed -n 's/^not solved: .* after \([0-9][0-9]*\) iterations.*/\1/p' "$2" | tail -1)
+    [ -n "$N" ] || fail "the last master did not finish"
+    common="$common --iters $N"
+    es_reference "$1"
+}

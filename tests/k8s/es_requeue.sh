@@ -124,11 +124,8 @@ grep -q "fiber: the master's pod $pod ended; its Job started" "$dir/run.txt" ||
     fail "the new master did not resume from the checkpoint (fiber_resumed)"
 grep -q '^resume 1 of 1: ending after iteration' "$dir/run.txt" ||
     fail "the new master did not bound its iterations after its resume"
-N=$(sed -n 's/^not solved: .* after \([0-9][0-9]*\) iterations.*/\1/p' "$dir/run.txt" | tail -1)
-[ -n "$N" ] || fail "the last master did not finish"
 # The reference: uninterrupted for as many iterations, on the local backend.
-common="$common --iters $N"
-es_reference "$dir/ref.ckpt"
+es_reference_like "$dir/ref.ckpt" "$dir/run.txt"
 cmp "$dir/ref.ckpt" "$dir/shared/run.ckpt" || fail "the requeued run's final checkpoint differs"
 
 # The Job counted two starts; fiber clean removes it.

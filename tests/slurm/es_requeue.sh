@@ -117,10 +117,7 @@ fi
     fail "not every restart resumed from the checkpoint"
 grep -q "^resume $restarts of $RESUMES: ending after iteration" "$out" ||
     fail "the last master did not bound its iterations after resume $restarts"
-N=$(sed -n 's/^not solved: .* after \([0-9][0-9]*\) iterations.*/\1/p' "$out" | tail -1)
-[ -n "$N" ] || fail "the last master did not finish"
 # The reference: uninterrupted for as many iterations, on the local backend.
-common="$common --iters $N"
-es_reference "$dir/ref.ckpt"
+es_reference_like "$dir/ref.ckpt" "$out"
 cmp "$dir/ref.ckpt" "$dir/run.ckpt" || fail "the requeued run's final checkpoint differs"
 echo "requeued $restarts times; final checkpoint at iteration $N identical to the uninterrupted run's"
