@@ -50,6 +50,7 @@ enum mode {
 /* A member's argument: the serialised ring and queue, and what to do. */
 struct ring_job {
     int32_t rank, mode, dtype, op, root, n_sizes, timeout_ms, param;
+    int32_t join_ms; /* the join's timeout; 0: timeout_ms */
     uint64_t sizes[MAX_SIZES]; /* elements (bytes for broadcast) */
     uint32_t ring_len, queue_len;
     unsigned char ring[256], queue[256];
@@ -252,7 +253,8 @@ FIBER_TASK(ring_member)
     if (j.queue_len && fiber_queue_open(&q, j.queue, j.queue_len) != 0)
         return 90;
     fiber_ring *r;
-    int rc = fiber_ring_join(&r, j.ring, j.ring_len, j.rank, j.timeout_ms);
+    int rc = fiber_ring_join(&r, j.ring, j.ring_len, j.rank,
+                             j.join_ms ? j.join_ms : j.timeout_ms);
     if (rc) {
         fprintf(stderr, "rank %d: join: %s\n", j.rank, fiber_last_error());
         fiber_queue_free(q);
@@ -747,8 +749,11 @@ TEST(a_member_lost_while_linking_fails_the_others_without_a_timeout)
 TEST(a_member_that_does_not_call_times_the_others_out)
 {
     /* Rank 1 calls 3 s late; rank 0 gives up after 400 ms and breaks the
-     * ring, so rank 1's late call fails at once instead of waiting. */
-    struct ring_job t = {.timeout_ms = 400, .sizes = {1000}};
+     * ring, so rank 1's late call fails at once instead of waiting.  The
+     * joins wait as long as the processes take to start (under valgrind
+     * rank 0's 400 ms once ran out in its join, before the call). */
+    struct ring_job t = {.timeout_ms = 400, .sizes = {1000},
+                         .join_ms = 60000};
     struct ring_run rr;
     run_setup(&rr, 2, &t);
     rr.job.timeout_ms = 400;
