@@ -18,6 +18,8 @@ follows.  Every process writes its own log
 (BUILD_DIR/valgrind/<case>.pid-<pid>.log); a case fails if it fails, or times out, or if any of its processes
 reports an error (invalid reads and writes, uninitialised values, a
 definitely or indirectly lost block) -- whatever exit code the master saw.
+A case passes by ctest's own rules (PASS_REGULAR_EXPRESSION,
+FAIL_REGULAR_EXPRESSION, WILL_FAIL; else exit code 0) and a clean log.
 
 REGEX (or VALGRIND_TESTS) selects cases by name, as `ctest -R` does; the
 default is every case.  Cases are left out (see SKIP) that cannot run under
@@ -102,6 +104,9 @@ def load_cases(build):
             "env": props.get("ENVIRONMENT", []),
             "cwd": props.get("WORKING_DIRECTORY", build),
             "labels": props.get("LABELS", []),
+            "pass_re": props.get("PASS_REGULAR_EXPRESSION", []),
+            "fail_re": props.get("FAIL_REGULAR_EXPRESSION", []),
+            "will_fail": bool(props.get("WILL_FAIL", False)),
         })
     return cases
 
@@ -117,6 +122,22 @@ def errors_in(log):
     if m and int(m.group(1)) > 0:
         return text
     return None
+
+
+def passed(case, rc, output):
+    """Whether the case passed by ctest's own rules: a case with
+    PASS_REGULAR_EXPRESSION passes when its output matches one of them
+    (whatever its exit code), FAIL_REGULAR_EXPRESSION fails it on a match,
+    WILL_FAIL inverts the verdict.  A timeout always fails."""
+    if not isinstance(rc, int):
+        return False
+    if case["pass_re"]:
+        ok = any(re.search(r, output, re.M) for r in case["pass_re"])
+    else:
+        ok = rc == 0
+    if any(re.search(r, output, re.M) for r in case["fail_re"]):
+        ok = False
+    return ok != case["will_fail"]
 
 
 def run_case(case, logdir, scale):
@@ -151,7 +172,7 @@ def run_case(case, logdir, scale):
         if mine.match(name):
             if errors_in(os.path.join(logdir, name)):
                 bad.append(os.path.join(logdir, name))
-    return case["name"], rc, took, output, bad
+    return case["name"], rc, took, output, bad, passed(case, rc, output)
 
 
 def main():
@@ -182,9 +203,9 @@ def main():
     start = time.monotonic()
     failed, skips = [], []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for name, rc, took, output, bad in pool.map(
+        for name, rc, took, output, bad, good in pool.map(
                 lambda c: run_case(c, logdir, scale), chosen):
-            ok = rc == 0 and not bad
+            ok = good and not bad
             if rc == 77 and not bad:
                 why = [ln for ln in output.splitlines()
                        if ln.startswith("SKIP: ")]
@@ -195,7 +216,7 @@ def main():
                   flush=True)
             if not ok:
                 failed.append(name)
-                if rc != 0:
+                if not good:
                     print("  exit: %s\n%s" % (rc, output[-3000:]))
                 for log in bad:
                     print("  errors in %s:\n%s" % (log, errors_in(log)[-6000:]))
