@@ -575,11 +575,18 @@ class SyncManager(BaseManager):
         return b
 
     def Condition(self, lock=None):
-        if lock is not None:
-            raise NotImplementedError("a fiber manager's Condition has its "
-                                      "own lock; Condition(lock) is not "
-                                      "supported")
-        return self._native(ConditionProxy)
+        """Condition() is the manager's native condition, with its own
+        re-entrant lock; Condition(lock) takes a Lock or RLock of this
+        manager and is built on three of its semaphores (as
+        fiber.Condition(lock) is, see fiber.synchronize)."""
+        if lock is None:
+            return self._native(ConditionProxy)
+        if not isinstance(lock, (LockProxy, RLockProxy)):
+            raise TypeError("a manager's Condition(lock) needs a Lock or "
+                            "RLock of a fiber manager, got %r" % (lock,))
+        from .synchronize import _LockCondition
+        return _LockCondition(lock, self.Semaphore,
+                              isinstance(lock, RLockProxy))
 
     def Queue(self, maxsize=0):
         self._check()

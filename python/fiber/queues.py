@@ -246,12 +246,23 @@ class Connection:
         return data
 
     def recv_bytes_into(self, buf, offset=0):
+        """As multiprocessing's: the message is written into buf at offset
+        (in bytes) and its length returned; a message that does not fit
+        raises multiprocessing.BufferTooShort with the whole message as its
+        args[0] (it is consumed, as there)."""
         self._check(True)
-        data = self._next(-1)
-        m = memoryview(buf).cast("B")
-        if offset < 0 or offset + len(data) > len(m):
-            raise ValueError("buffer too small")
-        m[offset:offset + len(data)] = data
+        with memoryview(buf) as view:
+            m = view.cast("B")
+            if offset < 0:
+                raise ValueError("negative offset")
+            if offset > len(m):
+                raise ValueError("offset too large")
+            data = self._next(-1)
+            if offset + len(data) > len(m):
+                import multiprocessing
+                raise multiprocessing.BufferTooShort(bytes(data))
+            m[offset:offset + len(data)] = data
+            m.release()
         return len(data)
 
     def recv(self):

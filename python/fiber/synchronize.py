@@ -268,14 +268,20 @@ class _LockCondition:
     sleeper twice.  notify is called holding the lock, so notifiers run
     one at a time."""
 
-    def __init__(self, lock):
-        if not isinstance(lock, Lock):
-            raise TypeError("fiber.Condition(lock) needs a fiber.Lock or "
-                            "fiber.RLock, got %r" % (lock,))
+    def __init__(self, lock, semaphore=None, reentrant=None):
+        """semaphore and reentrant are for a manager's Condition(lock)
+        (fiber.managers): its Semaphore factory, and whether its lock is
+        an RLock.  Without them lock must be a fiber.Lock or RLock."""
+        if semaphore is None:
+            if not isinstance(lock, Lock):
+                raise TypeError("fiber.Condition(lock) needs a fiber.Lock "
+                                "or fiber.RLock, got %r" % (lock,))
+            semaphore, reentrant = Semaphore, isinstance(lock, RLock)
         self._lock = lock
-        self._sleepers = Semaphore(0)
-        self._wakeup = Semaphore(0)
-        self._woken = Semaphore(0)
+        self._reentrant = reentrant
+        self._sleepers = semaphore(0)
+        self._wakeup = semaphore(0)
+        self._woken = semaphore(0)
 
     def acquire(self, block=True, timeout=None):
         return self._lock.acquire(block, timeout)
@@ -291,7 +297,7 @@ class _LockCondition:
 
     def _release_all(self):
         """Releases the lock as many times as this thread holds it."""
-        if not isinstance(self._lock, RLock):
+        if not self._reentrant:
             self._lock.release()
             return 1
         depth = 0

@@ -112,6 +112,32 @@ def test_barrier_and_condition(manager):
         c.notify()
 
 
+@pytest.mark.parametrize("kind", ["Lock", "RLock"])
+def test_condition_over_a_lock_of_the_manager(manager, kind):
+    """manager.Condition(lock) (multiprocessing's SyncManager takes one):
+    a child waits on it, the master notifies holding the same lock."""
+    import mp_helpers
+    lock = getattr(manager, kind)()
+    cond = manager.Condition(lock)
+    flag = manager.Value("i", 0)
+    q = fiber.Queue()
+    p = fiber.Process(target=mp_helpers.wait_on_condition,
+                      args=(cond, flag, q))
+    p.start()
+    with cond:
+        assert cond.wait(0.05) is False  # nobody notifies: it times out
+    with lock:  # the condition's lock is the caller's lock
+        flag.value = 1
+        cond.notify_all()
+    assert q.get(timeout=60) is True
+    p.join(60)
+    assert p.exitcode == 0
+    with pytest.raises(RuntimeError):
+        cond.wait(0.01)  # not holding the lock
+    with pytest.raises(TypeError, match="needs a Lock or RLock"):
+        manager.Condition(threading.Lock())
+
+
 def test_manager_queue(manager):
     q = manager.Queue()
     p = fiber.Process(target=helpers.put_to, args=(q, "from child"))

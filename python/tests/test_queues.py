@@ -80,6 +80,19 @@ def test_pipe_bytes_poll_and_eof():
     w.send_bytes(b"abc")
     buf = bytearray(5)
     assert r.recv_bytes_into(buf, 1) == 3 and bytes(buf) == b"\0abc\0"
+    # Too long for the buffer: BufferTooShort carries the whole message,
+    # which is consumed (as in multiprocessing); bad offsets are refused
+    # before anything is read.
+    w.send_bytes(b"0123456789")
+    w.send_bytes(b"next")
+    with pytest.raises(ValueError, match="negative offset"):
+        r.recv_bytes_into(buf, -1)
+    with pytest.raises(ValueError, match="offset too large"):
+        r.recv_bytes_into(buf, 6)
+    with pytest.raises(fiber.BufferTooShort) as short:
+        r.recv_bytes_into(buf, 2)
+    assert short.value.args[0] == b"0123456789"
+    assert r.recv_bytes_into(buf) == 4 and bytes(buf[:4]) == b"next"
     w.send(b"x" * 10)
     with pytest.raises(OSError, match="bad message length"):
         r.recv_bytes(maxlength=4)
