@@ -30,6 +30,7 @@ from .objects import ObjectRef, get, put
 from .pool import AsyncResult, Pool, TimeoutError
 from .process import Process, active_children, current_process
 from .queues import Pipe, Queue, SimpleQueue
+from .futures import Executor
 
 __version__ = _fiber.VERSION
 
@@ -40,7 +41,7 @@ __all__ = [
     "ConfigError", "FiberTimeoutError", "TaskCrashedError", "ClosedError",
     "NoTaskError", "PicklingError", "RemoteError", "TimeoutError",
     "run_id", "is_master", "on_stop_requested", "stop_requested", "resumed",
-    "put", "get", "ObjectRef",
+    "put", "get", "ObjectRef", "Executor",
 ]
 
 

@@ -82,6 +82,19 @@ def dumps_callable(func):
         return pickle.dumps(func, protocol=5)
     except (pickle.PicklingError, AttributeError, TypeError) as e:
         first = e
+    except RuntimeError as e:
+        if "through inheritance" not in str(e):
+            raise
+        # A multiprocessing queue, lock or pipe (OS objects) in a Process's
+        # arguments, most often concurrent.futures.ProcessPoolExecutor
+        # given fiber's context.
+        raise RuntimeError(
+            "cannot send %r to a fiber job: %s. multiprocessing's own "
+            "queues, locks and pipes cannot reach a job (it may run on "
+            "another host); use fiber's (fiber.Queue, fiber.Lock, ...). "
+            "For concurrent.futures.ProcessPoolExecutor(mp_context="
+            "fiber.get_context()), use fiber.futures.ProcessPoolExecutor "
+            "(fiber.Executor) instead" % (func, e)) from None
     try:
         import cloudpickle
     except ImportError:
