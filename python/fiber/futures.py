@@ -149,13 +149,21 @@ class ProcessPoolExecutor(_cf.Executor):
                               timeout=timeout)
         return itertools.chain.from_iterable(results)
 
+    def cancel_pending(self):
+        """Cancels the calls not yet given to the pool (PENDING); returns
+        how many.  The executor stays usable."""
+        with self._lock:
+            pending, self._backlog = self._backlog, collections.deque()
+        return sum(f.cancel() for f, _, _, _ in pending)
+
     # -- ending --
     def shutdown(self, wait=True, *, cancel_futures=False):
         with self._lock:
             self._shutdown = True
             if cancel_futures:
-                while self._backlog:
-                    self._backlog.popleft()[0].cancel()
+                pending, self._backlog = self._backlog, collections.deque()
+                for f, _, _, _ in pending:
+                    f.cancel()
             if wait:
                 while self._running or self._backlog:
                     self._idle.wait()
