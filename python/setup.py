@@ -2,7 +2,9 @@
 
 libfiber is linked in statically, so the installed package needs nothing
 from the build tree: `pip install ./python` compiles libfiber's own sources
-(../src, ../include) into the extension.  `make python` builds libfiber
+(../src, ../include) into the extension, and builds the `fiber` command
+(../src/tool) as the package's fiber/_bin/fiber, which the `fiber` console
+script of the environment runs (fiber/_tool.py).  `make python` builds libfiber
 with CMake first and passes the static library in FIBER_STATIC_LIB, which
 then replaces those sources.  The Debian packages the library links
 (libsodium, libinih, libjansson; libcurl's headers) come from `make deps`.
@@ -13,6 +15,7 @@ import subprocess
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -65,4 +68,30 @@ ext = Extension(
     extra_link_args=[a for a in libs if "curl" not in a] + ["-lpthread", "-ldl"],
 )
 
-setup(ext_modules=[ext])
+
+
+class build_ext_and_tool(build_ext):
+    """build_ext, then the `fiber` command: src/tool/*.c linked with the
+    same libfiber (its sources, or FIBER_STATIC_LIB) and libraries, put in
+    the package as fiber/_bin/fiber."""
+
+    def run(self):
+        super().run()
+        tool_sources = sorted(glob.glob(os.path.join(ROOT, "src", "tool",
+                                                     "*.c")))
+        lib = [] if static else library_sources()
+        objects = self.compiler.compile(
+            tool_sources + lib, output_dir=os.path.join(self.build_temp,
+                                                        "tool"),
+            include_dirs=ext.include_dirs, macros=ext.define_macros,
+            extra_postargs=[a for a in ext.extra_compile_args
+                            if a != "-fvisibility=hidden"])
+        out_dir = os.path.join(self.build_lib if not self.inplace else HERE,
+                               "fiber", "_bin")
+        os.makedirs(out_dir, exist_ok=True)
+        self.compiler.link_executable(
+            objects + extra_objects, "fiber", output_dir=out_dir,
+            extra_postargs=ext.extra_link_args)
+
+
+setup(ext_modules=[ext], cmdclass={"build_ext": build_ext_and_tool})

@@ -2,9 +2,11 @@
  * image.c -- `fiber image build` and `fiber doctor`: the commands about
  * what this host offers (an image of a program, reachable backends).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tool.h"
 
@@ -27,9 +29,35 @@ static const char image_help[] =
     "The daemon is reached at docker_socket (FIBER_DOCKER_SOCKET; default\n"
     "/var/run/docker.sock).  Exit status: 0 built, 1 failed, 2 usage error.\n"
     "\n"
-    "For a Python program, `python -m fiber.image build SCRIPT` (with the\n"
-    "interpreter that runs it) adds the interpreter's standard library,\n"
-    "sys.path and the program's folder (docs/python.md).\n";
+    "A Python program (PROGRAM ending in .py) is built by `python -m\n"
+    "fiber.image build`, which adds the interpreter, its standard library,\n"
+    "sys.path and the program's folder (docs/python.md), with python3 from\n"
+    "PATH (the `fiber` command a pip install puts in an environment uses\n"
+    "that environment's interpreter).\n";
+
+/* PROGRAM.py: the Python package's image builder, with the interpreter
+ * that will run the program (it decides what goes in the image). */
+static int image_build_python(const char *program, const char *tag)
+{
+    const char *py = "python3";
+    char *args[8];
+    int n = 0;
+    args[n++] = (char *)py;
+    args[n++] = "-m";
+    args[n++] = "fiber.image";
+    args[n++] = "build";
+    if (tag) {
+        args[n++] = "--tag";
+        args[n++] = (char *)tag;
+    }
+    args[n++] = (char *)program;
+    args[n] = NULL;
+    fflush(NULL);
+    execvp(py, args);
+    tool_say("image build: cannot run %s -m fiber.image for %s: %s", py,
+             program, strerror(errno));
+    return TOOL_FAIL;
+}
 
 /* Prints a stage of the build on stderr, as it happens. */
 static void print_progress(void *ud, const char *line)
@@ -62,6 +90,9 @@ static int image_build(int argc, char **argv)
         return tool_usage("image build", "unexpected argument '%s'",
                           argv[optind + 1]);
     const char *program = argv[optind];
+    size_t plen = strlen(program);
+    if (plen > 3 && strcmp(program + plen - 3, ".py") == 0)
+        return image_build_python(program, tag);
     char default_tag[320];
     if (!tag) {
         int rc = fiber_image_default_tag(program, default_tag,

@@ -13,7 +13,8 @@
 static const char usage_text[] =
     "usage: fiber <command> [options] [arguments]\n"
     "\n"
-    "Run and manage fiber programs on local processes and Docker.\n"
+    "Run and manage fiber programs on local processes, Docker, Slurm and\n"
+    "Kubernetes.\n"
     "\n"
     "commands:\n"
     "  run [options] -- PROGRAM [ARGS]   start PROGRAM's master as a run\n"
