@@ -25,6 +25,8 @@
 #   make test-python  its pytest suite (also part of make test)
 #   make python-examples  the package, and build/venv-examples with the
 #                   Python examples' environments (MuJoCo, Box2D), matplotlib, Ray
+#   make wheel      a manylinux wheel of the Python package in
+#                   build/wheelhouse (scripts/wheel.sh: pip wheel, auditwheel)
 #   make bench      build, then run the benchmarks
 #   make install    install to PREFIX (default /usr/local), honours DESTDIR
 #   make clean      remove build directories
@@ -47,7 +49,7 @@ VENV ?= $(BUILD)/venv
 PYTEST_ARGS ?=
 
 .PHONY: all deps engines build run test test-asan fuzz valgrind valgrind-ci \
-	bench install clean python test-python python-examples
+	bench install clean python test-python python-examples wheel
 
 all: build
 
@@ -135,6 +137,9 @@ valgrind:
 
 valgrind-ci:
 	$(MAKE) valgrind VALGRIND_TESTS='$(VALGRIND_CI_TESTS)'
+
+wheel: deps
+	scripts/wheel.sh $(BUILD)/wheelhouse
 
 bench: build
 	$(BUILD)/bin/bench-spawn

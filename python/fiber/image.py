@@ -83,6 +83,12 @@ def main(argv=None):
     b.add_argument("-t", "--tag", help="NAME[:TAG] (default fiber/python-"
                    "<program>:<hash>)")
     args = ap.parse_args(argv)
+    # Run as `python -m fiber.image`, sys.path[0] is the current directory
+    # (-m puts it there), not a folder the program uses: the program's own
+    # folder is added from SCRIPT.  Leaving it would copy whatever the
+    # user stands in (a home directory, a repository) into the image.
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
     try:
         image_id, tag = build(args.script, args.tag, progress=True)
     except _fiber.FiberError as e:
