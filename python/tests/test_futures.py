@@ -147,3 +147,39 @@ def test_the_standard_executor_with_fibers_context_says_why_not():
     with pytest.raises(RuntimeError, match="fiber.futures"):
         with cf.ProcessPoolExecutor(1, mp_context=fiber.get_context()) as e:
             e.submit(helpers.square, 2).result(timeout=T)
+
+
+def test_nevergrad_minimizes_through_the_executor():
+    """A real library that takes an Executor: nevergrad's minimize(executor=)
+    submits candidates and polls their futures."""
+    ng = pytest.importorskip("nevergrad")
+    import os
+    pids = []
+
+    def loss(x):
+        value, pid = helpers.sphere_in_worker(x)
+        return value
+
+    class Recording(ProcessPoolExecutor):
+        def submit(self, fn, *args, **kwargs):
+            f = super().submit(helpers.sphere_in_worker, *args, **kwargs)
+            g = cf.Future()
+
+            def done(fut):
+                if fut.exception() is not None:
+                    g.set_exception(fut.exception())
+                else:
+                    value, pid = fut.result()
+                    pids.append(pid)
+                    g.set_result(value)
+            g.set_running_or_notify_cancel()
+            f.add_done_callback(done)
+            return g
+
+    opt = ng.optimizers.TwoPointsDE(parametrization=2, budget=120,
+                                    num_workers=2)
+    opt.parametrization.random_state.seed(7)
+    with Recording(max_workers=2) as ex:
+        rec = opt.minimize(loss, executor=ex, batch_mode=False)
+    assert helpers.sphere_in_worker(rec.value)[0] < 0.01
+    assert len(pids) == 120 and os.getpid() not in pids
