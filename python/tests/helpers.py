@@ -205,3 +205,27 @@ def sphere_in_worker(x):
     that computed it."""
     import numpy as np
     return float(np.sum((np.asarray(x) - 0.5) ** 2)), os.getpid()
+
+
+def make_cartpole():
+    import gymnasium
+    return gymnasium.make("CartPole-v1")
+
+
+def make_pid_cartpole():
+    """CartPole whose env answers pid() (the job it runs in) and raises in
+    step while its `explode` attribute is set."""
+    import gymnasium
+
+    class PidEnv(gymnasium.Wrapper):
+        explode = False
+
+        def pid(self):
+            return os.getpid()
+
+        def step(self, action):
+            if self.explode:
+                raise RuntimeError("boom in step")
+            return self.env.step(action)
+
+    return PidEnv(gymnasium.make("CartPole-v1"))

@@ -1,0 +1,343 @@
+"""fiber.gym.VectorEnv: gymnasium's vector-environment API with each
+sub-environment in a fiber job, on whatever backend fiber is configured
+for, and a vector that survives its sub-environments' crashes.
+
+    import gymnasium as gym
+    from fiber.gym import VectorEnv
+
+    envs = VectorEnv([lambda: gym.make("CartPole-v1")] * 8)
+    obs, info = envs.reset(seed=0)
+    obs, reward, terminated, truncated, info = envs.step(actions)
+
+It is a ``gymnasium.vector.VectorEnv``: ``reset``, ``step``, ``close``,
+``call``, ``get_attr``, ``set_attr``, batched ``observation_space`` and
+``action_space`` (as gymnasium batches identical spaces), and gymnasium's
+default autoreset mode, NEXT_STEP: the step after a sub-environment's
+episode ended resets it and returns its first observation with reward 0,
+terminated and truncated False.
+
+Survival: a sub-environment whose job dies (SIGKILL, a segfault, OOM) or
+whose ``step``/``reset`` raises is rebuilt from its env_fn (in a new job,
+or in the same job after an exception) and reset; the step that saw it go
+reports that sub-environment's episode as truncated, with reward 0, the
+first observation of the new episode, and in ``info`` the key
+``"fiber_restarted"`` (True at that index) and ``"fiber_error"`` (why, a
+string).  Each death is reported once, at the step that saw it.  A
+sub-environment that cannot be rebuilt (its env_fn raises) fails the
+call with RuntimeError naming it.  ``restarts`` counts the rebuilds.
+
+Messages go over fiber pipes (a direct socket between the master and each
+job once both ends are in use); observations are pickled with protocol 5.
+"""
+import numpy as np
+
+import gymnasium as gym
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from . import _fiber
+from .process import Process
+from .queues import Pipe
+
+__all__ = ["VectorEnv"]
+
+_DEAD = (EOFError, OSError, _fiber.FiberError)
+
+
+def _worker(env_fn, conn):
+    """A sub-environment's job: serves the master's commands until close."""
+    env = env_fn()
+    conn.send(("ready", env.observation_space, env.action_space,
+               getattr(env, "metadata", {}), getattr(env, "render_mode",
+                                                     None)))
+    ended = False            # the last step ended an episode: reset next
+    while True:
+        cmd, arg = conn.recv()
+        try:
+            if cmd == "step":
+                if ended:
+                    obs, info = env.reset()
+                    ended = False
+                    conn.send(("ok", (obs, 0.0, False, False, info)))
+                    continue
+                obs, reward, term, trunc, info = env.step(arg)
+                ended = bool(term or trunc)
+                conn.send(("ok", (obs, float(reward), bool(term), bool(trunc),
+                                  info)))
+            elif cmd == "reset":
+                seed, options = arg
+                obs, info = env.reset(seed=seed, options=options)
+                ended = False
+                conn.send(("ok", (obs, info)))
+            elif cmd == "call":
+                name, args, kwargs = arg
+                attr = getattr(env, name)
+                conn.send(("ok", attr(*args, **kwargs) if callable(attr)
+                           else attr))
+            elif cmd == "get_attr":
+                conn.send(("ok", getattr(env, arg)))
+            elif cmd == "set_attr":
+                setattr(env, arg[0], arg[1])
+                conn.send(("ok", None))
+            elif cmd == "close":
+                env.close()
+                conn.send(("ok", None))
+                return
+            else:
+                conn.send(("bad", "unknown command %r" % (cmd,)))
+        except Exception as e:      # the env raised: rebuild it here
+            reason = "%s: %s" % (type(e).__name__, e)
+            try:
+                env.close()
+            except Exception:
+                pass
+            env = env_fn()
+            obs, info = env.reset()
+            ended = False
+            conn.send(("restarted", (obs, info, reason)))
+
+
+class _Sub:
+    """The master's side of one sub-environment."""
+
+    def __init__(self, env_fn):
+        self.env_fn = env_fn
+        self.conn = None
+        self.proc = None
+        self.start()
+
+    def start(self):
+        mine, theirs = Pipe()
+        self.proc = Process(target=_worker, args=(self.env_fn, theirs),
+                            daemon=True)
+        self.proc.start()
+        self.conn = mine
+        msg = self.conn.recv()
+        if msg[0] != "ready":
+            raise RuntimeError("a sub-environment's job answered %r at its "
+                               "start" % (msg[0],))
+        self.info = msg[1:]   # spaces, metadata, render mode
+
+    def stop(self, kill=False):
+        if self.proc is not None:
+            if kill:
+                self.proc.kill()
+            self.proc.join(10)
+            if self.proc.exitcode is None:
+                self.proc.kill()
+                self.proc.join(10)
+        try:
+            self.conn.close()
+        except Exception:
+            pass
+
+
+class VectorEnv(gym.vector.VectorEnv):
+    """gymnasium.vector.VectorEnv over fiber jobs (see the module's doc)."""
+
+    def __init__(self, env_fns, copy=True):
+        env_fns = list(env_fns)
+        if not env_fns:
+            raise ValueError("fiber.gym.VectorEnv needs at least one env_fn")
+        for i, fn in enumerate(env_fns):
+            if not callable(fn):
+                raise TypeError("env_fns[%d] is not callable: %r" % (i, fn))
+        self.num_envs = len(env_fns)
+        self.copy = copy
+        self.restarts = 0
+        self._subs = []
+        try:
+            for fn in env_fns:
+                self._subs.append(_Sub(fn))
+            obs_space, act_space, metadata, render_mode = self._subs[0].info
+        except BaseException:
+            self._close_subs(kill=True)
+            raise
+        self.single_observation_space = obs_space
+        self.single_action_space = act_space
+        self.observation_space = batch_space(obs_space, self.num_envs)
+        self.action_space = batch_space(act_space, self.num_envs)
+        self.metadata = dict(metadata or {})
+        self.metadata["autoreset_mode"] = gym.vector.AutoresetMode.NEXT_STEP
+        self.render_mode = render_mode
+        self._obs = create_empty_array(obs_space, n=self.num_envs,
+                                       fn=np.zeros)
+        self.closed = False
+
+    @staticmethod
+    def _answer(sub):
+        kind, value = sub.conn.recv()
+        if kind != "ok":
+            raise RuntimeError("sub-environment: %s" % (value,))
+        return value
+
+    def _check(self):
+        if self.closed:
+            raise gym.error.ClosedEnvironmentError(
+                "fiber.gym.VectorEnv: the vector is closed")
+
+    def _revive(self, i, reason):
+        """Sub-environment i's job died: a new job, reset; returns its
+        (obs, info)."""
+        sub = self._subs[i]
+        sub.stop(kill=True)
+        try:
+            sub.start()
+        except _DEAD as e:
+            raise RuntimeError("sub-environment %d died (%s) and could not "
+                               "be restarted: %s" % (i, reason, e)) from None
+        sub.conn.send(("reset", (None, None)))
+        kind, value = sub.conn.recv()
+        if kind != "ok":
+            raise RuntimeError("sub-environment %d died (%s) and its new "
+                               "job's reset failed: %s" % (i, reason, value))
+        self.restarts += 1
+        return value
+
+    def _died(self, i):
+        sub = self._subs[i]
+        code = sub.proc.exitcode if sub.proc is not None else None
+        if code is None:
+            sub.proc.join(1)
+            code = sub.proc.exitcode
+        return "its job ended (exit code %s)" % (code,)
+
+    def reset(self, *, seed=None, options=None):
+        self._check()
+        if seed is None or isinstance(seed, int):
+            seeds = [None if seed is None else seed + i
+                     for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError("reset(seed=...) wants %d seeds, got %d"
+                                 % (self.num_envs, len(seeds)))
+        if seed is not None:
+            self._np_random, self._np_random_seed = \
+                gym.utils.seeding.np_random(seeds[0])
+        sent = []
+        for i, sub in enumerate(self._subs):
+            try:
+                sub.conn.send(("reset", (seeds[i], options)))
+                sent.append(True)
+            except _DEAD:
+                sent.append(False)
+        results, infos = [], {}
+        for i, sub in enumerate(self._subs):
+            reason = None
+            if sent[i]:
+                try:
+                    kind, value = sub.conn.recv()
+                except _DEAD:
+                    reason = self._died(i)
+            else:
+                reason = self._died(i)
+            if reason is not None:
+                obs, info = self._revive(i, reason)
+                info = dict(info, fiber_restarted=True, fiber_error=reason)
+            elif kind == "restarted":
+                obs, info, why = value
+                self.restarts += 1
+                info = dict(info, fiber_restarted=True, fiber_error=why)
+            elif kind != "ok":
+                raise RuntimeError("sub-environment %d: %s" % (i, value))
+            else:
+                obs, info = value
+            results.append(obs)
+            infos = self._add_info(infos, info, i)
+        self._obs = concatenate(self.single_observation_space, results,
+                                self._obs)
+        return (self._copy(self._obs), infos)
+
+    def step(self, actions):
+        self._check()
+        actions = list(gym.vector.utils.iterate(self.action_space, actions))
+        if len(actions) != self.num_envs:
+            raise ValueError("step() wants %d actions, got %d"
+                             % (self.num_envs, len(actions)))
+        sent = []
+        for sub, action in zip(self._subs, actions):
+            try:
+                sub.conn.send(("step", action))
+                sent.append(True)
+            except _DEAD:
+                sent.append(False)
+        obs_list = []
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        terms = np.zeros(self.num_envs, dtype=np.bool_)
+        truncs = np.zeros(self.num_envs, dtype=np.bool_)
+        infos = {}
+        for i, sub in enumerate(self._subs):
+            reason = None
+            kind = value = None
+            if sent[i]:
+                try:
+                    kind, value = sub.conn.recv()
+                except _DEAD:
+                    reason = self._died(i)
+            else:
+                reason = self._died(i)
+            if reason is not None or kind == "restarted":
+                if reason is not None:
+                    obs, info = self._revive(i, reason)
+                else:
+                    obs, info, reason = value
+                    self.restarts += 1
+                info = dict(info, fiber_restarted=True, fiber_error=reason)
+                truncs[i] = True
+            elif kind != "ok":
+                raise RuntimeError("sub-environment %d: %s" % (i, value))
+            else:
+                obs, rewards[i], terms[i], truncs[i], info = value
+            obs_list.append(obs)
+            infos = self._add_info(infos, info, i)
+        self._obs = concatenate(self.single_observation_space, obs_list,
+                                self._obs)
+        return (self._copy(self._obs), rewards, terms, truncs, infos)
+
+    def _copy(self, obs):
+        if not self.copy:
+            return obs
+        import copy
+        return copy.deepcopy(obs)
+
+    def _each(self, cmd, args):
+        self._check()
+        for sub, arg in zip(self._subs, args):
+            sub.conn.send((cmd, arg))
+        return tuple(self._answer(sub) for sub in self._subs)
+
+    def call(self, name, *args, **kwargs):
+        """env.<name>(*args, **kwargs) in each sub-environment (or the
+        attribute's value if it is not callable); a tuple."""
+        return self._each("call", [(name, args, kwargs)] * self.num_envs)
+
+    def get_attr(self, name):
+        return self._each("get_attr", [name] * self.num_envs)
+
+    def set_attr(self, name, values):
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError("set_attr wants %d values, got %d"
+                             % (self.num_envs, len(values)))
+        self._each("set_attr", [(name, v) for v in values])
+
+    def _close_subs(self, kill=False):
+        for sub in self._subs:
+            if not kill:
+                try:
+                    sub.conn.send(("close", None))
+                    sub.conn.recv()
+                except _DEAD:
+                    pass
+            sub.stop(kill=kill)
+        self._subs = []
+
+    def close_extras(self, **kwargs):
+        self._close_subs()
+
+    def close(self, **kwargs):
+        if getattr(self, "closed", True):
+            return
+        self.close_extras(**kwargs)
+        self.closed = True
