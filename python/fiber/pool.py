@@ -41,12 +41,9 @@ def _ms(timeout):
 
 def _raise_failure(code, msg):
     """A task the C core failed (crashed its workers, no worker could start)
-    raises fiber's error for its code."""
-    if code == _fiber.ECRASHED:
-        raise _fiber.TaskCrashedError(msg)
-    if code == _fiber.ECLOSED:
-        raise _fiber.ClosedError(msg)
-    raise _fiber.FiberError(msg)
+    raises fiber's error for its code: the extension's one mapping of
+    codes to exceptions (_fiber.ERRORS), the one its own calls raise by."""
+    raise _fiber.error(code, msg)
 
 
 class AsyncResult:
