@@ -492,23 +492,24 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
         w->shared_told = b->has_shared;
         w->shared = b->shared;
     }
-    size_t mark, sent = 0, start_len = fb_conn_out(&w->conn)->len;
+    /* The frame is built in place in the conn's output (one lookup of it
+     * per chunk, not per task: nothing else touches the conn meanwhile). */
+    fiber_buf *out = fb_conn_out(&w->conn);
+    size_t mark, sent = 0, start_len = out->len;
     c->id = ++p->chunk_seq;
-    if (fb_wire_task_begin(fb_conn_out(&w->conn), c->id, b->task, b->task_len,
-                           &mark) != 0)
+    if (fb_wire_task_begin(out, c->id, b->task, b->task_len, &mark) != 0)
         goto fail;
     while (sent < count) {
         const void *data;
         size_t len;
         fb_batch_input(b, first + sent, &data, &len);
-        if (sent > 0 &&
-            fb_conn_out(&w->conn)->len - mark + len > p->max_frame / 2)
+        if (sent > 0 && out->len - mark + len > p->max_frame / 2)
             break;
-        if (fb_wire_task_add(fb_conn_out(&w->conn), data, (uint32_t)len) != 0)
+        if (fb_wire_task_add(out, data, (uint32_t)len) != 0)
             goto fail;
         sent++;
     }
-    fb_wire_task_end(fb_conn_out(&w->conn), mark, (uint32_t)sent);
+    fb_wire_task_end(out, mark, (uint32_t)sent);
     c->b = b;
     c->first = first;
     c->count = (uint32_t)sent;
@@ -523,7 +524,7 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
     fb_pool_note(p, w);
     return sent;
 fail:
-    fb_conn_out(&w->conn)->len = start_len;
+    out->len = start_len;
     free(c);
     return 0;
 }
