@@ -55,9 +55,8 @@ struct fb_conn {
     } storage;
 };
 
-/* Makes c a connection over fd (taking ownership of fd; -1: a closed
- * conn, whose limit max_payload still holds when it is given an fd by
- * fb_conn_init again). */
+/* Makes c a connection over fd, taking ownership of fd (-1: a closed
+ * conn).  Whatever c held before is forgotten, not closed. */
 void fb_conn_init(struct fb_conn *c, int fd, uint32_t max_payload);
 
 /* Moves *from into *to (which must be closed) and leaves *from closed. */
@@ -80,7 +79,8 @@ const char *fb_conn_err_or(const struct fb_conn *c, const char *otherwise);
 void fb_conn_set_max_payload(struct fb_conn *c, uint32_t max_payload);
 
 /* The output buffer: callers append whole frames to it (fb_wire_put_*)
- * and then flush.  Valid until the next fb_conn_* call on c. */
+ * and then flush.  The pointer holds while c stays where it is (its data
+ * moves as the buffer grows). */
 fiber_buf *fb_conn_out(struct fb_conn *c);
 
 /* Bytes of plaintext frames in the output buffer not yet written (or,
