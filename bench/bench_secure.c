@@ -75,7 +75,8 @@ static int move(struct fb_conn *from, struct fb_conn *to, size_t want,
         int rc = fb_conn_flush(from);
         if (rc < 0 || (rc = fb_conn_flush(to)) < 0 ||
             (rc = fb_conn_read(to)) != 0) {
-            fprintf(stderr, PROG ": %s\n", rc ? to->err : from->err);
+            fprintf(stderr, PROG ": %s\n",
+                    rc ? fb_conn_err(to) : fb_conn_err(from));
             return -1;
         }
         struct fb_wire_hdr h;
@@ -83,7 +84,7 @@ static int move(struct fb_conn *from, struct fb_conn *to, size_t want,
         while ((rc = fb_conn_next(to, &h, &payload)) == 1)
             have += FB_WIRE_HDR_LEN + h.len;
         if (rc < 0) {
-            fprintf(stderr, PROG ": %s\n", to->err);
+            fprintf(stderr, PROG ": %s\n", fb_conn_err(to));
             return -1;
         }
     }
@@ -95,9 +96,9 @@ static int move(struct fb_conn *from, struct fb_conn *to, size_t want,
 static int round_trip(void *ctx)
 {
     struct pair *p = ctx;
-    if (fb_wire_put_ping(&p->a.out, 1) != 0 ||
+    if (fb_wire_put_ping(fb_conn_out(&p->a), 1) != 0 ||
         move(&p->a, &p->b, FB_WIRE_HDR_LEN, NULL) != 0 ||
-        fb_wire_put_pong(&p->b.out, 1) != 0 ||
+        fb_wire_put_pong(fb_conn_out(&p->b), 1) != 0 ||
         move(&p->b, &p->a, FB_WIRE_HDR_LEN, NULL) != 0)
         return -1;
     return 0;
@@ -130,7 +131,7 @@ static int bulk_run(int encrypted, long mib, double *mib_s)
     while (rc == 0 && got < total) {
         /* Four frames queued at a time, as a busy sender would. */
         for (int k = 0; k < 4 && rc == 0; k++)
-            rc = fiber_buf_append(&p.a.out, frame.data, frame.len);
+            rc = fiber_buf_append(fb_conn_out(&p.a), frame.data, frame.len);
         if (rc == 0)
             rc = move(&p.a, &p.b, 4 * frame.len, &got);
     }

@@ -20,7 +20,12 @@ repository) and fails, naming the file, the line and what is wrong, when:
      outside backend/<name>/ includes backend/<name>/ (backend/http/ is a
      helper any backend may use), or code outside backend/ spells a
      backend's name as a string ("slurm"), an engine's variable
-     ("SLURM_..."), or a backend's configuration field (slurm_partition).
+     ("SLURM_..."), or a backend's configuration field (slurm_partition);
+  3. a header private to its folder is included from outside it: the
+     inside of a connection (net/conn_int.h: only src/net/ sees struct
+     fb_conn's fields) and the encryption's internals (net/secure.h).
+     This rule also reads tests/, bench/, examples/ and python/src/: no
+     file anywhere outside the folder may include its private headers.
 
 Comments are not code: a comment may say "slurm".  What cannot be fixed
 yet is in ALLOWED below, each entry with the reason and the issue that
@@ -78,6 +83,14 @@ ALLOWED = [
      "live in struct fb_config instead of its folder"),
 ]
 
+# Headers private to their folder: (header under src/, the folder).
+PRIVATE = {
+    "net/conn_int.h": "net",
+    "net/secure.h": "net",
+}
+# Besides src/, the folders whose includes rule 3 reads.
+OTHER_DIRS = ("tests", "bench", "examples", "python/src")
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 BACKEND_STRING = re.compile(r'"(%s)"' % "|".join(BACKENDS))
 ENGINE_VAR = re.compile(r'"(SLURM|KUBERNETES|DOCKER)_\w*')
@@ -120,7 +133,41 @@ def folder_of(rel):
     return parts[0], None
 
 
+def private_problem(rel, target):
+    """Rule 3: rel (a path under src/, or "../tests/..." beside it)
+    includes a header private to another folder."""
+    owner = PRIVATE.get(target)
+    if owner is None or rel.startswith(owner + "/"):
+        return None
+    return ("private to src/%s/: only its own files may include it (use "
+            "the functions its public header declares)" % owner)
+
+
+def other_problems(root):
+    """Rule 3 over the folders outside src/."""
+    problems = []
+    for top in OTHER_DIRS:
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for name in sorted(names):
+                if not name.endswith((".c", ".h", ".cc", ".cpp")):
+                    continue
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                code = strip_comments(open(path, encoding="utf-8",
+                                           errors="replace").read())
+                for no, line in enumerate(code.split("\n"), 1):
+                    m = INCLUDE.match(line)
+                    why = m and private_problem("../" + rel, m.group(1))
+                    if why:
+                        problems.append("%s:%d: #include \"%s\": %s" %
+                                        (rel, no, m.group(1), why))
+    return problems
+
+
 def include_problem(rel, target, src_dir):
+    private = private_problem(rel, target)
+    if private:
+        return private
     top, sub = folder_of(rel)
     if "/" not in target:  # a header beside the file ("tool.h")
         here = os.path.join(src_dir, os.path.dirname(rel), target)
@@ -204,6 +251,7 @@ def main(argv):
                             "src/%s:%d: %s outside backend/: %s (ask the "
                             "registry or a backend op instead)" %
                             (rel, no, what, hit.group(0)))
+    problems.extend(other_problems(root))
     for i, (f, pat, why) in enumerate(ALLOWED):
         if i not in used:
             problems.append("ALLOWED entry for src/%s /%s/ matches nothing: "

@@ -41,12 +41,9 @@ def _ms(timeout):
 
 def _raise_failure(code, msg):
     """A task the C core failed (crashed its workers, no worker could start)
-    raises fiber's error for its code."""
-    if code == _fiber.ECRASHED:
-        raise _fiber.TaskCrashedError(msg)
-    if code == _fiber.ECLOSED:
-        raise _fiber.ClosedError(msg)
-    raise _fiber.FiberError(msg)
+    raises fiber's error for its code: the extension's one mapping of
+    codes to exceptions (_fiber.ERRORS), the one its own calls raise by."""
+    raise _fiber.error(code, msg)
 
 
 class AsyncResult:
@@ -219,6 +216,7 @@ class Pool:
         self._lock = threading.Lock()
         self._tokens = itertools.count(1)
         self._pending = {}            # token -> handler(rc, raw)
+        self._maps = []               # map results with callbacks, in order
         self._cb_thread = None
         _runtime.on_shutdown(self._at_exit)
 
@@ -265,35 +263,60 @@ class Pool:
             raise ValueError("Pool not running")
 
     # -- callbacks --
+    # One thread a pool, "fiber-pool-callbacks", runs every callback and
+    # error_callback (apply_async's, map_async's, starmap_async's) and
+    # completes imap_unordered's results, one at a time in the order the
+    # results come in, as multiprocessing's result handler does.  It starts
+    # with the first result that needs it and ends once the pool is closed
+    # and none is pending (join() waits for it).  A task's completion comes
+    # as a record from the C pool (next_done); a map has no such record,
+    # so while one with a callback is pending the thread also looks at its
+    # future every MAP_POLL_MS and completes it once ready.
+    MAP_POLL_MS = 5
+
+    def _ensure_callback_thread(self):
+        """Starts the callback thread if it is not running; lock held."""
+        if self._cb_thread is None:
+            self._cb_thread = threading.Thread(
+                target=self._callback_loop, name="fiber-pool-callbacks",
+                daemon=True)
+            self._cb_thread.start()
+
     def _register(self, handler):
         token = next(self._tokens)
         with self._lock:
             self._pending[token] = handler
-            if self._cb_thread is None:
-                self._cb_thread = threading.Thread(
-                    target=self._callback_loop, name="fiber-pool-callbacks",
-                    daemon=True)
-                self._cb_thread.start()
+            self._ensure_callback_thread()
         return token
+
+    def _watch_map(self, res):
+        """Has the callback thread complete map result res once ready."""
+        with self._lock:
+            self._maps.append(res)
+            self._ensure_callback_thread()
 
     def _callback_loop(self):
         while True:
             with self._lock:
-                if not self._pending and self._state != RUN:
+                if not self._pending and not self._maps and \
+                        self._state != RUN:
                     self._cb_thread = None
                     return
                 pool = self._pool
+                maps = list(self._maps)
             if pool is None:
                 return
-            for token, rc, raw in pool.next_done(100):
+            wait_ms = self.MAP_POLL_MS if maps else 100
+            for token, rc, raw in pool.next_done(wait_ms):
                 with self._lock:
                     handler = self._pending.pop(token, None)
                 if handler is not None:
-                    try:
-                        handler(rc, raw)
-                    except Exception:
-                        import traceback
-                        traceback.print_exc()
+                    _run_callback(handler, rc, raw)
+            for res in maps:
+                if res._future is None or res._future.ready():
+                    with self._lock:
+                        self._maps.remove(res)
+                    _run_callback(_complete_map, res)
 
     # -- one task --
     def apply_async(self, func, args=(), kwds={}, callback=None,
@@ -371,16 +394,9 @@ class Pool:
             payloads = self._payloads(func, iterable, star)
             fut = self._pool.map_async(payloads, 1)
             res = MapResult(self, fut, callback, error_callback)
-        res._shared_ref = ref   # before the waiter can complete it
+        res._shared_ref = ref   # before the callback thread completes it
         if res._event is not None:
-            def waiter():
-                try:
-                    res._take(None)
-                except BaseException:
-                    pass
-                res._complete(0, None)
-            threading.Thread(target=waiter, daemon=True,
-                             name="fiber-map-callback").start()
+            self._watch_map(res)
         return res
 
     def map_async(self, func, iterable, chunksize=None, callback=None,
@@ -628,6 +644,26 @@ class IMapUnorderedIterator(IMapIterator):
 
     def _drop_failed(self):
         pass  # _take removed it already
+
+
+def _run_callback(fn, *args):
+    """Runs a completion on the callback thread: what it raises is printed,
+    and the thread goes on with the next."""
+    try:
+        fn(*args)
+    except Exception:
+        import traceback
+        traceback.print_exc()
+
+
+def _complete_map(res):
+    """A map result whose future is ready: decoded (a failure becomes its
+    error), then its callback or error_callback, then get() wakes."""
+    try:
+        res._take(None)
+    except BaseException:
+        pass
+    res._complete(0, None)
 
 
 def _fiber_cpu_count():

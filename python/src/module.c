@@ -1,6 +1,7 @@
 /*
- * module.c -- the module fiber._fiber: errors, the runtime (init, config,
- * the job command) and the helpers the other parts share.
+ * module.c -- the module fiber._fiber: errors (the one mapping of fiber's
+ * codes to exceptions), the runtime (init, config, the job command) and
+ * the helpers the other parts share.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,37 +19,72 @@ static PyObject *notask_error;        /* NoTaskError */
 PyObject *fbp_task_handler;
 PyObject *fbp_method_handler;
 
-static PyObject *error_class(int rc)
+/* ---- the one mapping of fiber's error codes to Python exceptions -------- *
+ * Every code of FIBER_ERRNO_MAP (fiber.h) has a row, generated from the
+ * map itself, so a code added there is mapped here without an edit: to
+ * FiberError, unless the row's class is one of its subclasses below (or
+ * MemoryError).  The C calls raise through it (fbp_raise) and Python
+ * reads it as _fiber.ERRORS and _fiber.error(code, text) (fiber.pool
+ * turns a failed task's code into its exception with it). */
+
+static PyObject *memory_error; /* PyExc_MemoryError, set at import */
+
+struct error_row {
+    int code;
+    const char *name;  /* "ETIMEDOUT": the constant _fiber.ETIMEDOUT */
+    PyObject **cls;    /* the class it raises */
+};
+
+static struct error_row error_rows[] = {
+#define ERROR_ROW(NAME, value, text) {FIBER_##NAME, #NAME, NULL},
+    FIBER_ERRNO_MAP(ERROR_ROW)
+#undef ERROR_ROW
+};
+#define N_ERROR_ROWS (sizeof error_rows / sizeof error_rows[0])
+
+/* Fills in each row's class (at import, once the classes exist): the
+ * codes whose exception is not plain FiberError, then FiberError. */
+static void error_rows_link(void)
 {
-    switch (rc) {
-    case FIBER_ECONFIG:
-        return config_error;
-    case FIBER_ETIMEDOUT:
-        return timeout_error;
-    case FIBER_ECRASHED:
-        return crashed_error;
-    case FIBER_ECLOSED:
-        return closed_error;
-    case FIBER_ENOTASK:
-        return notask_error;
-    case FIBER_ENOMEM:
-        return PyExc_MemoryError;
-    default:
-        return fiber_error;
+    static const struct {
+        int code;
+        PyObject **cls;
+    } own[] = {
+        {FIBER_ECONFIG, &config_error},   /* also a ValueError */
+        {FIBER_ETIMEDOUT, &timeout_error}, /* also a TimeoutError */
+        {FIBER_ECRASHED, &crashed_error},
+        {FIBER_ECLOSED, &closed_error},
+        {FIBER_ENOTASK, &notask_error},
+        {FIBER_ENOMEM, &memory_error},
+    };
+    memory_error = PyExc_MemoryError;
+    for (size_t i = 0; i < N_ERROR_ROWS; i++) {
+        error_rows[i].cls = &fiber_error;
+        for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+            if (own[k].code == error_rows[i].code)
+                error_rows[i].cls = own[k].cls;
     }
 }
 
-PyObject *fbp_raise(int rc, const char *msg)
+/* The class code raises: its row's, FiberError for a code not in fiber.h. */
+static PyObject *error_class(int code)
+{
+    for (size_t i = 0; i < N_ERROR_ROWS; i++)
+        if (error_rows[i].code == code)
+            return *error_rows[i].cls;
+    return fiber_error;
+}
+
+/* The exception code raises with text (fiber_strerror's when empty): a
+ * FiberError (or subclass) carries .code and .errname; MemoryError is
+ * Python's own.  A new reference, or NULL with an exception set. */
+static PyObject *error_new(int rc, const char *msg)
 {
     PyObject *cls = error_class(rc);
     const char *text = msg && *msg ? msg : fiber_strerror(rc);
-    if (cls == PyExc_MemoryError) {
-        PyErr_SetString(cls, text);
-        return NULL;
-    }
     PyObject *exc = PyObject_CallFunction(cls, "s", text);
-    if (!exc)
-        return NULL;
+    if (!exc || cls == memory_error)
+        return exc;
     PyObject *code = PyLong_FromLong(rc);
     PyObject *name = PyUnicode_FromString(fiber_errname(rc));
     if (code && name) {
@@ -57,9 +93,53 @@ PyObject *fbp_raise(int rc, const char *msg)
     }
     Py_XDECREF(code);
     Py_XDECREF(name);
-    PyErr_SetObject(cls, exc);
-    Py_DECREF(exc);
+    return exc;
+}
+
+PyObject *fbp_raise(int rc, const char *msg)
+{
+    PyObject *exc = error_new(rc, msg);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
     return NULL;
+}
+
+/* error(code, text) -> the exception fiber raises for code. */
+static PyObject *py_error(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int code;
+    const char *text = NULL;
+    if (!PyArg_ParseTuple(args, "i|z", &code, &text))
+        return NULL;
+    return error_new(code, text);
+}
+
+/* _fiber.ERRORS = {code: (name, class)} and _fiber.E<NAME> = code, for
+ * every code of fiber.h.  0 or -1 with an exception set. */
+static int error_table_add(PyObject *m)
+{
+    error_rows_link();
+    PyObject *table = PyDict_New();
+    if (!table)
+        return -1;
+    for (size_t i = 0; i < N_ERROR_ROWS; i++) {
+        const struct error_row *r = &error_rows[i];
+        PyObject *key = PyLong_FromLong(r->code);
+        PyObject *val = Py_BuildValue("(sO)", fiber_errname(r->code), *r->cls);
+        int rc = key && val ? PyDict_SetItem(table, key, val) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(val);
+        if (rc != 0 || PyModule_AddIntConstant(m, r->name, r->code) != 0) {
+            Py_DECREF(table);
+            return -1;
+        }
+    }
+    int rc = PyModule_AddObjectRef(m, "ERRORS", table);
+    Py_DECREF(table);
+    return rc;
 }
 
 PyObject *fbp_raise_last(int rc) { return fbp_raise(rc, fiber_last_error()); }
@@ -430,6 +510,9 @@ static PyMethodDef module_methods[] = {
      "fiber_resumed(): times the run was restarted."},
     {"strerror", py_strerror, METH_VARARGS,
      "strerror(code) -> (name, text)."},
+    {"error", py_error, METH_VARARGS,
+     "error(code, text=None) -> the exception fiber raises for code "
+     "(ERRORS[code][1]), with .code and .errname."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -472,14 +555,9 @@ PyMODINIT_FUNC PyInit__fiber(void)
     if (fbp_process_init(m) || fbp_pool_init(m) || fbp_queue_init(m) ||
         fbp_manager_init(m) || fbp_ring_init(m) || fbp_object_init(m))
         goto fail;
+    if (error_table_add(m) != 0)
+        goto fail;
     PyModule_AddStringConstant(m, "VERSION", fiber_version());
-    PyModule_AddIntConstant(m, "ETIMEDOUT", FIBER_ETIMEDOUT);
-    PyModule_AddIntConstant(m, "EAGAIN", FIBER_EAGAIN);
-    PyModule_AddIntConstant(m, "ECLOSED", FIBER_ECLOSED);
-    PyModule_AddIntConstant(m, "ECRASHED", FIBER_ECRASHED);
-    PyModule_AddIntConstant(m, "ETASK", FIBER_ETASK);
-    PyModule_AddIntConstant(m, "ENOKEY", FIBER_ENOKEY);
-    PyModule_AddIntConstant(m, "ESTATE", FIBER_ESTATE);
     return m;
 fail:
     Py_DECREF(m);

@@ -92,6 +92,62 @@ def test_map_async_and_callback(pool):
     assert pool.starmap_async(helpers.add, [(1, 1)]).get(10) == [2]
 
 
+def test_every_callback_runs_on_the_one_callback_thread(pool):
+    """apply_async's, map_async's and starmap_async's callbacks and
+    error_callbacks all run on the pool's one callback thread (as on
+    multiprocessing's result handler), one at a time; no thread is started
+    per map."""
+    seen, lock = [], threading.Lock()
+    before = set(threading.enumerate())
+
+    def note(kind):
+        def cb(v):
+            with lock:
+                seen.append((kind, v, threading.current_thread()))
+        return cb
+
+    maps = [pool.map_async(helpers.square, range(20), callback=note("map"))
+            for _ in range(4)]
+    bad = pool.map_async(helpers.boom, ["m"], error_callback=note("merr"))
+    star = pool.starmap_async(helpers.add, [(1, 2)], callback=note("star"))
+    applies = [pool.apply_async(helpers.square, (i,), callback=note("apply"))
+               for i in range(10)]
+    for r in maps + [star] + applies:
+        r.get(20)
+    with pytest.raises(ValueError, match="m"):
+        bad.get(20)
+    for r in maps + [bad, star] + applies:
+        r.wait(20)
+    assert len(seen) == 16
+    threads = {t for _, _, t in seen}
+    assert len(threads) == 1
+    (thread,) = threads
+    assert thread.name == "fiber-pool-callbacks"
+    assert thread is not threading.current_thread()
+    assert [v for k, v, _ in seen if k == "map"] == \
+        [[i * i for i in range(20)]] * 4
+    assert [type(v) for k, v, _ in seen if k == "merr"] == [ValueError]
+    assert [v for k, v, _ in seen if k == "star"] == [[3]]
+    started = set(threading.enumerate()) - before - {thread}
+    assert not [t for t in started if "callback" in t.name]
+
+
+def test_apply_async_callbacks_come_in_completion_order(pool):
+    """As multiprocessing's: a task that finishes first has its callback
+    run first, whatever the order of submission."""
+    order, done = [], threading.Event()
+
+    def cb(v):
+        order.append(v)
+        if len(order) == 2:
+            done.set()
+
+    pool.apply_async(helpers.sleep_then, ("slow", 1.0), callback=cb)
+    pool.apply_async(helpers.sleep_then, ("fast", 0), callback=cb)
+    assert done.wait(20)
+    assert order == ["fast", "slow"]
+
+
 def test_get_timeout_raises_multiprocessing_timeout(pool):
     r = pool.apply_async(helpers.sleep_then, (1, 1.0))
     with pytest.raises(multiprocessing.TimeoutError):

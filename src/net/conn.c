@@ -7,33 +7,46 @@
  * as they arrive, and a header that claims more than the limit ends the
  * stream before anything is allocated for it.
  *
+ * The conn's fields are private to net/ (conn_int.h); the accessors below
+ * are what the rest of the tree may know of one.
+ *
  * An encrypted conn (c->sec, secure.c) keeps the same buffers: `in` holds
  * decrypted bytes and `out` plaintext frames; secure.c seals on flush and
  * opens on read, so everything here above the socket works unchanged.
  */
 #include <errno.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/common.h"
-#include "net/net.h"
+#include "net/conn_int.h"
 #include "net/secure.h"
 
 #define READ_CHUNK 65536u
 
-void fb_conn_init(struct fb_conn *c, int fd, uint32_t max_payload)
+void fb_conn_init(struct fb_conn *conn, int fd, uint32_t max_payload)
 {
-    memset(c, 0, sizeof *c);
+    struct fb_conn_impl *c = conn_impl(conn);
+    memset(conn, 0, sizeof *conn);
     c->fd = fd;
+    c->live = 1;
     c->max_payload = max_payload;
 }
 
-void fb_conn_close(struct fb_conn *c)
+void fb_conn_move(struct fb_conn *to, struct fb_conn *from)
 {
-    if (c->fd >= 0)
+    *to = *from;
+    memset(from, 0, sizeof *from);
+}
+
+void fb_conn_close(struct fb_conn *conn)
+{
+    struct fb_conn_impl *c = conn_impl(conn);
+    if (c->live && c->fd >= 0)
         close(c->fd);
     c->fd = -1;
     fb_sec_free(c->sec);
@@ -43,9 +56,101 @@ void fb_conn_close(struct fb_conn *c)
     c->in_off = c->out_off = 0;
 }
 
+/* ---- what callers outside net/ may know of a conn ------------------------ */
+
+int fb_conn_fd(const struct fb_conn *conn)
+{
+    const struct fb_conn_impl *c = conn_cimpl(conn);
+    return c->live ? c->fd : -1;
+}
+
+int fb_conn_release_fd(struct fb_conn *conn)
+{
+    int fd = fb_conn_fd(conn);
+    conn_impl(conn)->fd = -1;
+    return fd;
+}
+
+const char *fb_conn_err(const struct fb_conn *conn)
+{
+    return conn_cimpl(conn)->err;
+}
+
+const char *fb_conn_err_or(const struct fb_conn *conn, const char *otherwise)
+{
+    const char *err = conn_cimpl(conn)->err;
+    return err[0] ? err : otherwise;
+}
+
+void fb_conn_set_max_payload(struct fb_conn *conn, uint32_t max_payload)
+{
+    conn_impl(conn)->max_payload = max_payload;
+}
+
+fiber_buf *fb_conn_out(struct fb_conn *conn)
+{
+    return &conn_impl(conn)->out;
+}
+
+size_t fb_conn_unsent(const struct fb_conn *conn)
+{
+    const struct fb_conn_impl *c = conn_cimpl(conn);
+    return c->out.len - c->out_off;
+}
+
+int fb_conn_partly_sent(const struct fb_conn *conn)
+{
+    const struct fb_conn_impl *c = conn_cimpl(conn);
+    return c->out_off != 0 && c->out_off < c->out.len;
+}
+
+void fb_conn_set_err(struct fb_conn *conn, const char *fmt, ...)
+{
+    struct fb_conn_impl *c = conn_impl(conn);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+}
+
+int fb_conn_encrypted(const struct fb_conn *conn)
+{
+    return conn_cimpl(conn)->sec != NULL;
+}
+
+size_t fb_conn_swap_out(struct fb_conn *conn, fiber_buf *spare)
+{
+    struct fb_conn_impl *c = conn_impl(conn);
+    fiber_buf batch = c->out;
+    size_t off = c->out_off;
+    c->out = *spare;
+    c->out.len = 0;
+    c->out_off = 0;
+    *spare = batch;
+    return off;
+}
+
+uint8_t *fb_conn_in_tail(struct fb_conn *conn)
+{
+    struct fb_conn_impl *c = conn_impl(conn);
+    return c->in.data + c->in.len;
+}
+
+void fb_conn_in_grew(struct fb_conn *conn, size_t n)
+{
+    conn_impl(conn)->in.len += n;
+}
+
+size_t fb_conn_in_capacity(const struct fb_conn *conn)
+{
+    return conn_cimpl(conn)->in.cap;
+}
+
+/* ---- reading and writing frames ------------------------------------------ */
+
 /* Moves unparsed input to the front once the parsed part dominates, so the
  * buffer does not grow without bound on a long-lived connection. */
-static void compact_input(struct fb_conn *c)
+static void compact_input(struct fb_conn_impl *c)
 {
     if (c->in_off == 0)
         return;
@@ -56,8 +161,9 @@ static void compact_input(struct fb_conn *c)
     c->in_off = 0;
 }
 
-size_t fb_conn_in_room(struct fb_conn *c)
+size_t fb_conn_in_room(struct fb_conn *conn)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     compact_input(c);
     size_t chunk = READ_CHUNK;
     if (chunk > (size_t)c->max_payload + FB_WIRE_HDR_LEN)
@@ -67,8 +173,9 @@ size_t fb_conn_in_room(struct fb_conn *c)
     return c->in.cap - c->in.len;
 }
 
-int fb_conn_read(struct fb_conn *c)
+int fb_conn_read(struct fb_conn *conn)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     /* One recv per call: the caller takes the frames out before reading
      * again, so unparsed input never exceeds one frame plus one chunk, and
      * a peer that floods us cannot make the buffer grow past that. */
@@ -76,7 +183,7 @@ int fb_conn_read(struct fb_conn *c)
         compact_input(c);
         return fb_sec_read(c);
     }
-    if (fb_conn_in_room(c) == 0)
+    if (fb_conn_in_room(conn) == 0)
         return FIBER_ENOMEM;
     for (;;) {
         ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len,
@@ -102,9 +209,10 @@ int fb_conn_read(struct fb_conn *c)
     }
 }
 
-int fb_conn_next(struct fb_conn *c, struct fb_wire_hdr *h,
+int fb_conn_next(struct fb_conn *conn, struct fb_wire_hdr *h,
                  const uint8_t **payload)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     /* Nothing read yet: no buffer, and NULL + 0 is undefined. */
     const uint8_t *p = c->in.data ? c->in.data + c->in_off : NULL;
     size_t avail = c->in.len - c->in_off;
@@ -131,8 +239,9 @@ int fb_conn_next(struct fb_conn *c, struct fb_wire_hdr *h,
     return 1;
 }
 
-int fb_conn_flush(struct fb_conn *c)
+int fb_conn_flush(struct fb_conn *conn)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     if (c->sec)
         return fb_sec_flush(c);
     while (c->out_off < c->out.len) {
@@ -159,7 +268,7 @@ int fb_conn_flush(struct fb_conn *c)
 
 /* Waits for events on the connection until deadline; 0 on readiness,
  * FIBER_ETIMEDOUT, or FIBER_ESYS. */
-static int wait_fd(struct fb_conn *c, short events, uint64_t deadline_ms)
+static int wait_fd(struct fb_conn_impl *c, short events, uint64_t deadline_ms)
 {
     struct pollfd p = {.fd = c->fd, .events = events};
     for (;;) {
@@ -177,41 +286,45 @@ static int wait_fd(struct fb_conn *c, short events, uint64_t deadline_ms)
     }
 }
 
-short fb_conn_wait_events(const struct fb_conn *c)
+short fb_conn_wait_events(const struct fb_conn *conn)
 {
+    const struct fb_conn_impl *c = conn_cimpl(conn);
     if (c->sec && fb_sec_needs_key(c))
         return POLLIN;
-    return fb_conn_pending(c) ? POLLOUT : 0;
+    return fb_conn_pending(conn) ? POLLOUT : 0;
 }
 
-int fb_conn_pending(const struct fb_conn *c)
+int fb_conn_pending(const struct fb_conn *conn)
 {
+    const struct fb_conn_impl *c = conn_cimpl(conn);
     return c->out_off < c->out.len || (c->sec && fb_sec_unsent(c));
 }
 
-int fb_conn_flush_wait(struct fb_conn *c, uint64_t deadline_ms)
+int fb_conn_flush_wait(struct fb_conn *conn, uint64_t deadline_ms)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     for (;;) {
-        int rc = fb_conn_flush(c);
+        int rc = fb_conn_flush(conn);
         if (rc != 1)
             return rc;
-        rc = wait_fd(c, fb_conn_wait_events(c), deadline_ms);
+        rc = wait_fd(c, fb_conn_wait_events(conn), deadline_ms);
         if (rc)
             return rc;
     }
 }
 
-int fb_conn_recv_wait(struct fb_conn *c, struct fb_wire_hdr *h,
+int fb_conn_recv_wait(struct fb_conn *conn, struct fb_wire_hdr *h,
                       const uint8_t **payload, uint64_t deadline_ms)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     for (;;) {
-        int rc = fb_conn_next(c, h, payload);
+        int rc = fb_conn_next(conn, h, payload);
         if (rc != 0)
             return rc;
-        rc = fb_conn_read(c);
+        rc = fb_conn_read(conn);
         if (rc)
             return rc;
-        rc = fb_conn_next(c, h, payload);
+        rc = fb_conn_next(conn, h, payload);
         if (rc != 0)
             return rc;
         rc = wait_fd(c, POLLIN, deadline_ms);
@@ -222,8 +335,9 @@ int fb_conn_recv_wait(struct fb_conn *c, struct fb_wire_hdr *h,
 
 /* ---- raw byte streams ---------------------------------------------------- */
 
-ssize_t fb_conn_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt)
+ssize_t fb_conn_sendv(struct fb_conn *conn, const struct iovec *iov, int iovcnt)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     if (c->sec)
         return fb_sec_sendv(c, iov, iovcnt);
     struct msghdr mh = {.msg_iov = (struct iovec *)iov,
@@ -231,13 +345,15 @@ ssize_t fb_conn_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt)
     return sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-size_t fb_conn_buffered(const struct fb_conn *c)
+size_t fb_conn_buffered(const struct fb_conn *conn)
 {
+    const struct fb_conn_impl *c = conn_cimpl(conn);
     return c->in.len - c->in_off;
 }
 
-ssize_t fb_conn_recv_bytes(struct fb_conn *c, void *dst, size_t n)
+ssize_t fb_conn_recv_bytes(struct fb_conn *conn, void *dst, size_t n)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     for (;;) {
         size_t have = c->in.len - c->in_off;
         if (have > 0) {
@@ -250,7 +366,7 @@ ssize_t fb_conn_recv_bytes(struct fb_conn *c, void *dst, size_t n)
         }
         if (!c->sec)
             return recv(c->fd, dst, n, MSG_DONTWAIT);
-        int rc = fb_conn_read(c);
+        int rc = fb_conn_read(conn);
         if (c->in.len > c->in_off)
             continue;
         switch (rc) {
@@ -292,8 +408,9 @@ static void write_all(int fd, const uint8_t *p, size_t n)
     }
 }
 
-void fb_conn_write_now(struct fb_conn *c, uint8_t *data, size_t len)
+void fb_conn_write_now(struct fb_conn *conn, uint8_t *data, size_t len)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     if (c->sec) {
         fb_sec_write_now(c, data, len, write_all);
         return;

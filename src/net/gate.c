@@ -133,14 +133,15 @@ void fb_gate_admit(struct fb_gate *g, struct fb_gate_peer *p)
 
 void fb_gate_drop(struct fb_gate *g, struct fb_gate_peer *p, const char *why)
 {
-    fb_log_warn("%s: dropping peer on fd %d: %s", g->who, p->conn->fd, why);
+    fb_log_warn("%s: dropping peer on fd %d: %s", g->who, fb_conn_fd(p->conn),
+                why);
     close_peer(g, p);
 }
 
 void fb_gate_reject(struct fb_gate *g, struct fb_gate_peer *p,
                     const char *why)
 {
-    if (fb_wire_put_reject(&p->conn->out, why, strlen(why)) == 0)
+    if (fb_wire_put_reject(fb_conn_out(p->conn), why, strlen(why)) == 0)
         fb_conn_flush(p->conn);
     fb_gate_drop(g, p, why);
 }
@@ -180,15 +181,16 @@ int fb_gate_serve(struct fb_gate *g, struct fb_gate_peer *p,
             fb_gate_drop(g, p, why);
         return -1;
     }
-    if (got == 0 && rc == FIBER_ECLOSED && c->in.len == 0) {
+    if (got == 0 && rc == FIBER_ECLOSED && fb_conn_buffered(c) == 0) {
         /* Closed before saying anything: a job that was being stopped as
          * it dialed, most likely; not worth a warning. */
-        fb_log_info("%s: peer on fd %d closed before HELLO", g->who, c->fd);
+        fb_log_info("%s: peer on fd %d closed before HELLO", g->who,
+                    fb_conn_fd(c));
         close_peer(g, p);
         return -1;
     }
     if (got < 0 || rc != 0) {
-        fb_gate_drop(g, p, c->err[0] ? c->err : "closed before HELLO");
+        fb_gate_drop(g, p, fb_conn_err_or(c, "closed before HELLO"));
         return -1;
     }
     return 0;

@@ -67,14 +67,14 @@ int fb_listener_flush(struct fb_listener *l, struct fb_conn *c, void *tag,
         *want_out = rc == 1;
         struct epoll_event ev = {
             .events = EPOLLIN | (*want_out ? EPOLLOUT : 0), .data.ptr = tag};
-        epoll_ctl(l->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+        epoll_ctl(l->epfd, EPOLL_CTL_MOD, fb_conn_fd(c), &ev);
     }
     return rc;
 }
 
 void fb_listener_drop(struct fb_listener *l, struct fb_conn *c)
 {
-    epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, fb_conn_fd(c), NULL);
     fb_conn_close(c);
 }
 

@@ -10,8 +10,8 @@
  *
  * A conn over TCP may be encrypted (fb_conn_secure, secure.c): the peers
  * exchange ephemeral keys, mix in the run's token, and from then on every
- * byte travels in authenticated records.  Callers see no difference: `in`
- * holds decrypted bytes and `out` the plaintext frames still to send.
+ * byte travels in authenticated records.  Callers see no difference: what
+ * they read is decrypted and what they append to fb_conn_out is plaintext.
  */
 #ifndef FB_NET_H
 #define FB_NET_H
@@ -39,23 +39,73 @@ int fb_sock_dial(const char *addr, uint64_t deadline_ms, int *fd);
  * FIBER_ESYS. */
 int fb_sock_accept(int listen_fd, int *fd);
 
-struct fb_secure; /* secure.c: the encryption state of one connection */
-
+/* A connection.  Opaque: its fields are private to src/net/
+ * (conn_int.h); this is storage of their size, so that an owner can embed
+ * a conn in its own struct.  Storage that is all zero bytes (static, or
+ * from calloc) is a closed conn: fb_conn_fd says -1 and fb_conn_close
+ * does nothing.  A struct copy moves the conn (the encryption state is
+ * owned, not shared): the old copy must then be dropped (zeroed), not
+ * closed -- fb_conn_move does both. */
+#define FB_CONN_STORAGE 352
 struct fb_conn {
-    int fd;
-    uint32_t max_payload; /* frames claiming more are a protocol error */
-    fiber_buf in;         /* received bytes; [in_off, in.len) unparsed */
-    size_t in_off;
-    fiber_buf out;        /* frames to send; [out_off, out.len) unsent */
-    size_t out_off;
-    struct fb_secure *sec; /* NULL: plaintext.  Owned; a struct copy of
-                              the conn moves it (the old copy is dropped,
-                              not closed) */
-    char err[256];        /* why the last call failed */
+    union {
+        unsigned char bytes[FB_CONN_STORAGE];
+        void *align_ptr;
+        uint64_t align_u64;
+    } storage;
 };
 
-/* Makes c a connection over fd (taking ownership of fd). */
+/* Makes c a connection over fd, taking ownership of fd (-1: a closed
+ * conn).  Whatever c held before is forgotten, not closed. */
 void fb_conn_init(struct fb_conn *c, int fd, uint32_t max_payload);
+
+/* Moves *from into *to (which must be closed) and leaves *from closed. */
+void fb_conn_move(struct fb_conn *to, struct fb_conn *from);
+
+/* The descriptor, or -1 when closed. */
+int fb_conn_fd(const struct fb_conn *c);
+
+/* Takes the descriptor back without closing it: returns it (-1 when c
+ * is closed) and leaves c without one, its buffers to fb_conn_close. */
+int fb_conn_release_fd(struct fb_conn *c);
+
+/* Why the last call failed ("" when none has). */
+const char *fb_conn_err(const struct fb_conn *c);
+
+/* The same, or otherwise when no call has said why. */
+const char *fb_conn_err_or(const struct fb_conn *c, const char *otherwise);
+
+/* The largest frame accepted from the peer from now on. */
+void fb_conn_set_max_payload(struct fb_conn *c, uint32_t max_payload);
+
+/* The output buffer: callers append whole frames to it (fb_wire_put_*)
+ * and then flush.  The pointer holds while c stays where it is (its data
+ * moves as the buffer grows). */
+fiber_buf *fb_conn_out(struct fb_conn *c);
+
+/* Bytes of plaintext frames in the output buffer not yet written (or,
+ * on an encrypted conn, not yet sealed). */
+size_t fb_conn_unsent(const struct fb_conn *c);
+
+/* 1 when part of the output was written and the rest was not: a frame
+ * may be cut in two, and nothing may be written around it.  Safe in a
+ * signal handler. */
+int fb_conn_partly_sent(const struct fb_conn *c);
+
+/* Records why the caller's own I/O on c (fb_conn_swap_out) failed, for
+ * fb_conn_err. */
+void fb_conn_set_err(struct fb_conn *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Whether c encrypts (fb_conn_secure was called on it). */
+int fb_conn_encrypted(const struct fb_conn *c);
+
+/* For a caller that writes a plaintext conn's output itself, outside the
+ * lock that guards c: swaps the output buffer for *spare (whose bytes are
+ * dropped; it keeps its allocation) and returns the offset in *spare, now
+ * the old output, of the first byte still to write.  Frames appended to c
+ * meanwhile go to the new buffer. */
+size_t fb_conn_swap_out(struct fb_conn *c, fiber_buf *spare);
 
 /* Closes the descriptor and frees the buffers.  Idempotent. */
 void fb_conn_close(struct fb_conn *c);
@@ -63,20 +113,29 @@ void fb_conn_close(struct fb_conn *c);
 /* Reads whatever the socket has without blocking.  Returns 0 (possibly
  * having read nothing), FIBER_ECLOSED at end of stream, FIBER_ESYS, or,
  * on an encrypted conn, FIBER_EPROTO (a record failed to authenticate, or
- * the handshake was wrong; c->err says which) or FIBER_ENOMEM.  Frames
+ * the handshake was wrong; fb_conn_err says which) or FIBER_ENOMEM.  Frames
  * that arrived whole before the failure stay available to fb_conn_next. */
 int fb_conn_read(struct fb_conn *c);
 
-/* Makes room in c->in for one read of a plaintext conn (as fb_conn_read
- * does, moving unparsed input to the front first): the bytes from
- * c->in.data + c->in.len on.  Returns how many may be read there, 0 when
- * out of memory.  A caller that reads into it itself adds what it read to
- * c->in.len; objclient.c does, so its spin catches a reply in one recv. */
+/* Makes room in the input buffer for one read of a plaintext conn (as
+ * fb_conn_read does, moving unparsed input to the front first): the bytes
+ * from fb_conn_in_tail on.  Returns how many may be read there, 0 when
+ * out of memory.  A caller that reads into it itself adds what it read
+ * with fb_conn_in_grew; objclient.c does, so its spin catches a reply in
+ * one recv. */
 size_t fb_conn_in_room(struct fb_conn *c);
+
+/* Where such a read puts its bytes (valid after fb_conn_in_room), and
+ * the call that adds the n bytes it read to the input. */
+uint8_t *fb_conn_in_tail(struct fb_conn *c);
+void fb_conn_in_grew(struct fb_conn *c, size_t n);
+
+/* Bytes allocated for input: what a peer has made this end hold. */
+size_t fb_conn_in_capacity(const struct fb_conn *c);
 
 /* Takes the next complete frame from the input buffer.  Returns 1 with *h
  * and *payload (a view valid until the next read or next call), 0 when no
- * whole frame is buffered yet, or FIBER_EPROTO (c->err says why; the
+ * whole frame is buffered yet, or FIBER_EPROTO (fb_conn_err says why; the
  * stream cannot be trusted any further).  The payload is checked with
  * fb_wire_check_payload before it is returned.  On an encrypted conn
  * whose stream failed (fb_conn_read), FIBER_EPROTO once the frames that
@@ -125,7 +184,7 @@ ssize_t fb_conn_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt);
 /* Receives up to n bytes without blocking, from what is buffered first.
  * Returns how many (> 0), 0 at end of stream, or -1 with errno (EAGAIN:
  * nothing yet; EBADMSG: the encrypted stream failed to authenticate, and
- * c->err says why). */
+ * fb_conn_err says why). */
 ssize_t fb_conn_recv_bytes(struct fb_conn *c, void *dst, size_t n);
 
 /* Bytes received and decrypted but not yet taken: while nonzero, a reader
@@ -152,6 +211,14 @@ void fb_conn_write_now(struct fb_conn *c, uint8_t *data, size_t len);
  * role: FB_SEC_CLIENT or FB_SEC_SERVER.  Returns 0, or FIBER_ESTATE (c
  * already encrypted or already used) or FIBER_ENOMEM with a message. */
 int fb_conn_secure(struct fb_conn *c, int role, const uint8_t *psk);
+
+/* Whether c may carry frames: 1 on a plaintext conn, and on an encrypted
+ * one once the peer's key has come and the session keys are derived. */
+int fb_conn_handshake_done(const struct fb_conn *c);
+
+/* 1 once an encrypted conn's stream has failed (fb_conn_err says why):
+ * no more frames will come.  0 on a plaintext conn. */
+int fb_conn_stream_failed(const struct fb_conn *c);
 
 /* 1 if a connection to or from addr must be encrypted: addr is "tcp:..."
  * and the configuration's `encryption` is on (fb_net_configure).  Unix

@@ -54,7 +54,7 @@
 
 #include "base/common.h"
 #include "base/endian.h"
-#include "net/net.h"
+#include "net/conn_int.h"
 #include "net/secure.h"
 
 #define PK_LEN crypto_kx_PUBLICKEYBYTES
@@ -98,9 +98,9 @@ static void make_nonce(uint8_t n[NONCE_LEN], uint64_t seq)
 }
 
 /* The handshake failed: says why.  Returns FIBER_EPROTO. */
-static int fail_handshake(struct fb_conn *c, const char *fmt, ...)
+static int fail_handshake(struct fb_conn_impl *c, const char *fmt, ...)
     FIBER_PRINTF(2, 3);
-static int fail_handshake(struct fb_conn *c, const char *fmt, ...)
+static int fail_handshake(struct fb_conn_impl *c, const char *fmt, ...)
 {
     struct fb_secure *s = c->sec;
     va_list ap;
@@ -115,9 +115,9 @@ static int fail_handshake(struct fb_conn *c, const char *fmt, ...)
 
 /* The incoming stream cannot be trusted any more: says why.  Returns
  * FIBER_EPROTO.  (The keys are wiped when the conn closes.) */
-static int fail_record(struct fb_conn *c, const char *fmt, ...)
+static int fail_record(struct fb_conn_impl *c, const char *fmt, ...)
     FIBER_PRINTF(2, 3);
-static int fail_record(struct fb_conn *c, const char *fmt, ...)
+static int fail_record(struct fb_conn_impl *c, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -127,24 +127,24 @@ static int fail_record(struct fb_conn *c, const char *fmt, ...)
     return FIBER_EPROTO;
 }
 
-int fb_sec_failed(const struct fb_conn *c)
+int fb_sec_failed(const struct fb_conn_impl *c)
 {
     return c->sec->state == HS_FAILED || c->sec->rx_failed;
 }
 
-int fb_sec_needs_key(const struct fb_conn *c)
+int fb_sec_needs_key(const struct fb_conn_impl *c)
 {
     const struct fb_secure *s = c->sec;
     return s->state == HS_WAIT && s->wire_off == s->wire.len &&
            c->out_off < c->out.len;
 }
 
-int fb_sec_established(const struct fb_conn *c)
+int fb_sec_established(const struct fb_conn_impl *c)
 {
     return c->sec->state == HS_DONE;
 }
 
-int fb_sec_unsent(const struct fb_conn *c)
+int fb_sec_unsent(const struct fb_conn_impl *c)
 {
     return c->sec->wire_off < c->sec->wire.len;
 }
@@ -161,8 +161,9 @@ void fb_sec_free(struct fb_secure *s)
 
 /* ---- the handshake ------------------------------------------------------- */
 
-int fb_conn_secure(struct fb_conn *c, int role, const uint8_t *psk)
+int fb_conn_secure(struct fb_conn *conn, int role, const uint8_t *psk)
 {
+    struct fb_conn_impl *c = conn_impl(conn);
     if (c->sec)
         return fb_err(FIBER_ESTATE, "connection is already encrypted");
     if (c->in.len != c->in_off || c->out.len != c->out_off)
@@ -204,7 +205,7 @@ static void mix_key(uint8_t out[crypto_kx_SESSIONKEYBYTES],
     sodium_memzero(&st, sizeof st);
 }
 
-static int derive_keys(struct fb_conn *c, const uint8_t *peer_pk)
+static int derive_keys(struct fb_conn_impl *c, const uint8_t *peer_pk)
 {
     struct fb_secure *s = c->sec;
     uint8_t rx[crypto_kx_SESSIONKEYBYTES], tx[crypto_kx_SESSIONKEYBYTES];
@@ -236,7 +237,7 @@ static int derive_keys(struct fb_conn *c, const uint8_t *peer_pk)
 
 /* Checks the peer's handshake as its bytes arrive, and derives the keys
  * once it is whole.  0 (done or not yet) or FIBER_EPROTO. */
-static int take_handshake(struct fb_conn *c)
+static int take_handshake(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     const uint8_t *p = s->raw.data + s->raw_off;
@@ -266,7 +267,7 @@ static int take_handshake(struct fb_conn *c)
 /* ---- receiving ----------------------------------------------------------- */
 
 /* Says the peer went; during the handshake, what that usually means. */
-static int peer_gone(struct fb_conn *c, const char *what, int err)
+static int peer_gone(struct fb_conn_impl *c, const char *what, int err)
 {
     if (c->sec->state == HS_DONE)
         snprintf(c->err, sizeof c->err, "%s", what);
@@ -280,7 +281,7 @@ static int peer_gone(struct fb_conn *c, const char *what, int err)
 
 /* One recv of at most max bytes into raw.  0 (maybe nothing read),
  * FIBER_ECLOSED or FIBER_ESYS; errno is kept for the caller. */
-static int recv_raw(struct fb_conn *c, size_t max)
+static int recv_raw(struct fb_conn_impl *c, size_t max)
 {
     struct fb_secure *s = c->sec;
     if (s->raw_off > 0 && s->raw.cap - s->raw.len < max) {
@@ -316,7 +317,7 @@ static int recv_raw(struct fb_conn *c, size_t max)
 
 /* Opens every whole record in raw into c->in.  0 or FIBER_EPROTO /
  * FIBER_ENOMEM. */
-static int open_records(struct fb_conn *c)
+static int open_records(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     if (s->state == HS_WAIT) {
@@ -356,7 +357,7 @@ static int open_records(struct fb_conn *c)
     }
 }
 
-int fb_sec_read(struct fb_conn *c)
+int fb_sec_read(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     if (fb_sec_failed(c))
@@ -382,7 +383,7 @@ int fb_sec_read(struct fb_conn *c)
 
 /* Writes sealed bytes.  0 when all are sent, 1 when the socket is full,
  * FIBER_ECLOSED or FIBER_ESYS (errno kept). */
-static int send_wire(struct fb_conn *c)
+static int send_wire(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     while (s->wire_off < s->wire.len) {
@@ -427,7 +428,7 @@ static void seal_record(struct fb_secure *s, uint8_t *rec, const uint8_t *p,
 }
 
 /* Seals up to SEAL_BATCH bytes of c->out beyond `sealed` into wire. */
-static int seal_out(struct fb_conn *c)
+static int seal_out(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     size_t budget = SEAL_BATCH;
@@ -450,7 +451,7 @@ static int seal_out(struct fb_conn *c)
 
 /* Reads the peer's handshake, and nothing beyond it (records stay in the
  * socket, where the caller's poll sees them).  0 or a code. */
-static int pump_handshake(struct fb_conn *c)
+static int pump_handshake(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     size_t have = s->raw.len - s->raw_off;
@@ -462,7 +463,7 @@ static int pump_handshake(struct fb_conn *c)
     return take_handshake(c);
 }
 
-int fb_sec_flush(struct fb_conn *c)
+int fb_sec_flush(struct fb_conn_impl *c)
 {
     struct fb_secure *s = c->sec;
     if (s->state == HS_FAILED)
@@ -502,7 +503,8 @@ static int errno_of(int rc)
     }
 }
 
-ssize_t fb_sec_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt)
+ssize_t fb_sec_sendv(struct fb_conn_impl *c, const struct iovec *iov,
+                     int iovcnt)
 {
     struct fb_secure *s = c->sec;
     int rc = fb_sec_flush(c);
@@ -566,7 +568,7 @@ ssize_t fb_sec_sendv(struct fb_conn *c, const struct iovec *iov, int iovcnt)
 /* ---- the fatal-signal path ----------------------------------------------- */
 
 /* Seals p[0, n) in place, record by record, and writes each. */
-static void seal_write_in_place(struct fb_conn *c, uint8_t *p, size_t n,
+static void seal_write_in_place(struct fb_conn_impl *c, uint8_t *p, size_t n,
                                 void (*write_all)(int, const uint8_t *,
                                                   size_t))
 {
@@ -586,7 +588,7 @@ static void seal_write_in_place(struct fb_conn *c, uint8_t *p, size_t n,
     }
 }
 
-void fb_sec_write_now(struct fb_conn *c, uint8_t *data, size_t len,
+void fb_sec_write_now(struct fb_conn_impl *c, uint8_t *data, size_t len,
                       void (*write_all)(int fd, const uint8_t *p, size_t n))
 {
     struct fb_secure *s = c->sec;
@@ -599,6 +601,18 @@ void fb_sec_write_now(struct fb_conn *c, uint8_t *data, size_t len,
                         write_all);
     c->out_off = s->sealed = c->out.len;
     seal_write_in_place(c, data, len, write_all);
+}
+
+int fb_conn_handshake_done(const struct fb_conn *conn)
+{
+    const struct fb_conn_impl *c = conn_cimpl(conn);
+    return !c->sec || fb_sec_established(c);
+}
+
+int fb_conn_stream_failed(const struct fb_conn *conn)
+{
+    const struct fb_conn_impl *c = conn_cimpl(conn);
+    return c->sec && fb_sec_failed(c);
 }
 
 /* ---- where encryption applies -------------------------------------------- */

@@ -120,8 +120,8 @@ void fb_oresult_free(struct fb_oresult *r)
  * block_recv); the reads that must not block wait for poll() first. */
 static int make_blocking(struct fb_oclient *c)
 {
-    int fl = fcntl(c->conn.fd, F_GETFL);
-    if (fl < 0 || fcntl(c->conn.fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+    int fl = fcntl(fb_conn_fd(&c->conn), F_GETFL);
+    if (fl < 0 || fcntl(fb_conn_fd(&c->conn), F_SETFL, fl & ~O_NONBLOCK) < 0)
         return fb_err(FIBER_ESYS, "cannot set up the connection to %s: %s",
                       c->addr, strerror(errno));
     return 0;
@@ -150,7 +150,7 @@ static int handshake(struct fb_oclient *c)
     memcpy(h.token, c->token, sizeof h.token);
     struct fb_wire_hdr hdr;
     const uint8_t *p;
-    rc = fb_wire_put_hello(&c->conn.out, &h);
+    rc = fb_wire_put_hello(fb_conn_out(&c->conn), &h);
     if (rc == 0)
         rc = fb_conn_flush_wait(&c->conn, deadline);
     if (rc == 0)
@@ -164,9 +164,9 @@ static int handshake(struct fb_oclient *c)
                     (int)t.len, t.text);
     } else if (rc) {
         rc = fb_err(rc, "cannot reach object server %s: %s", c->addr,
-                    c->conn.err[0] ? c->conn.err : fiber_last_error());
+                    fb_conn_err_or(&c->conn, fiber_last_error()));
     }
-    if (rc == 0 && !c->conn.sec)
+    if (rc == 0 && !fb_conn_encrypted(&c->conn))
         rc = make_blocking(c);
     if (rc)
         fb_conn_close(&c->conn);
@@ -208,7 +208,6 @@ int fb_oclient_get(const char *addr, const uint8_t token[FB_WIRE_TOKEN_LEN],
     if (rc == 0) {
         fb_strlcpy(c->addr, addr, sizeof c->addr);
         memcpy(c->token, token, FB_WIRE_TOKEN_LEN);
-        c->conn.fd = -1;
         rc = handshake(c);
     }
     if (rc) {
@@ -401,7 +400,7 @@ static void pump_input(struct fb_oclient *c, int read_rc)
         deliver(c, &h, p);
     }
     if (got < 0 || read_rc != 0)
-        mark_dead(c, c->conn.err);
+        mark_dead(c, fb_conn_err(&c->conn));
 }
 
 /* Reads what has arrived and delivers it; mu held. */
@@ -419,12 +418,12 @@ static void pump(struct fb_oclient *c)
  * 0 when nothing came. */
 static ssize_t spin_recv(struct fb_oclient *c, size_t room, unsigned spin_us)
 {
-    uint8_t *at = c->conn.in.data + c->conn.in.len;
+    uint8_t *at = fb_conn_in_tail(&c->conn);
     uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
     for (;;) {
-        ssize_t n = recv(c->conn.fd, at, room, MSG_DONTWAIT);
+        ssize_t n = recv(fb_conn_fd(&c->conn), at, room, MSG_DONTWAIT);
         if (n > 0) {
-            c->conn.in.len += (size_t)n;
+            fb_conn_in_grew(&c->conn, (size_t)n);
             return n;
         }
         if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK &&
@@ -444,11 +443,11 @@ static ssize_t block_recv(struct fb_oclient *c, size_t room)
 {
     ssize_t n;
     do
-        n = recv(c->conn.fd, c->conn.in.data + c->conn.in.len, room, 0);
+        n = recv(fb_conn_fd(&c->conn), fb_conn_in_tail(&c->conn), room, 0);
     while (n < 0 && errno == EINTR);
     if (n <= 0)
         return -1;
-    c->conn.in.len += (size_t)n;
+    fb_conn_in_grew(&c->conn, (size_t)n);
     return n;
 }
 
@@ -470,8 +469,8 @@ static ssize_t spin_poll(int fd, unsigned spin_us)
 static void read_turn(struct fb_oclient *c, uint64_t deadline_ms)
 {
     c->reading = 1;
-    int fd = c->conn.fd;
-    size_t room = c->conn.sec ? 0 : fb_conn_in_room(&c->conn);
+    int fd = fb_conn_fd(&c->conn);
+    size_t room = fb_conn_encrypted(&c->conn) ? 0 : fb_conn_in_room(&c->conn);
     pthread_mutex_unlock(&c->mu);
     unsigned spin_us = fb_spin_budget(&c->spin);
     ssize_t got = 0;
@@ -528,10 +527,10 @@ static int wait_done(struct fb_oclient *c, struct fb_owait *w,
 }
 
 /* Sends all of buf with the lock released; mu held on entry and exit.
- * Returns 0 or a code with why in c->conn.err. */
+ * Returns 0 or a code with why in fb_conn_err(&c->conn). */
 static int send_unlocked(struct fb_oclient *c, const uint8_t *p, size_t len)
 {
-    int fd = c->conn.fd, rc = 0;
+    int fd = fb_conn_fd(&c->conn), rc = 0;
     pthread_mutex_unlock(&c->mu);
     while (len > 0) {
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
@@ -551,9 +550,9 @@ static int send_unlocked(struct fb_oclient *c, const uint8_t *p, size_t len)
     }
     pthread_mutex_lock(&c->mu);
     if (rc)
-        snprintf(c->conn.err, sizeof c->conn.err, "send: %s",
-                 rc == FIBER_ECLOSED ? "peer closed the connection"
-                                     : strerror(errno));
+        fb_conn_set_err(&c->conn, "send: %s",
+                        rc == FIBER_ECLOSED ? "peer closed the connection"
+                                            : strerror(errno));
     return rc;
 }
 
@@ -568,22 +567,19 @@ static int oc_write(struct fb_oclient *c)
     int rc = 0;
     while (rc == 0 && fb_conn_pending(&c->conn)) {
         c->co_wait = NULL; /* its frame leaves conn.out */
-        if (c->conn.sec) {
+        if (fb_conn_encrypted(&c->conn)) {
             rc = fb_conn_flush_wait(&c->conn, UINT64_MAX);
             break;
         }
-        fiber_buf batch = c->conn.out;
-        size_t off = c->conn.out_off;
-        c->conn.out = c->spare;
-        c->conn.out.len = 0;
-        c->conn.out_off = 0;
+        fiber_buf batch = c->spare;
+        size_t off = fb_conn_swap_out(&c->conn, &batch);
         rc = send_unlocked(c, batch.data + off, batch.len - off);
         batch.len = 0;
         c->spare = batch;
     }
     c->writing = 0;
     if (rc)
-        mark_dead(c, c->conn.err);
+        mark_dead(c, fb_conn_err(&c->conn));
     pthread_cond_broadcast(&c->cond); /* send_call may wait for us */
     return rc;
 }
@@ -597,7 +593,7 @@ static int append_call(struct fb_oclient *c, struct fb_owait *w, uint32_t obj,
         return fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
                       c->addr, c->dead_why);
     uint64_t id = ++c->seq;
-    int rc = fb_wire_put_ocall(&c->conn.out, id, op, obj,
+    int rc = fb_wire_put_ocall(fb_conn_out(&c->conn), id, op, obj,
                                timeout_ms < 0 ? -1 : timeout_ms, items, count);
     if (rc)
         return rc;
@@ -671,7 +667,8 @@ int fb_ocall_async(struct fb_oclient *c, uint32_t obj, int32_t op,
     uint64_t now = fb_now_ns();
     int steady = now - c->last_async_ns < STEADY_NS;
     c->last_async_ns = now;
-    if (rc == 0 && (!steady || c->conn.sec || hand_to_flusher(c) != 0) &&
+    if (rc == 0 &&
+        (!steady || fb_conn_encrypted(&c->conn) || hand_to_flusher(c) != 0) &&
         oc_write(c) != 0) {
         unlink_wait(c, w);
         rc = fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
@@ -804,7 +801,7 @@ static int join_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
     struct fb_owait *w = c->co_wait;
     if (!w || w->credit != cr || w->n >= PUTN_MAX_ITEMS)
         return 0;
-    uint8_t *f = c->conn.out.data + c->co_off;
+    uint8_t *f = fb_conn_out(&c->conn)->data + c->co_off;
     uint32_t len, fobj;
     int32_t fop;
     memcpy(&len, f + 20, 4);
@@ -813,10 +810,10 @@ static int join_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
     if (fop != op || fobj != obj || len + 4 + item->len > PUTN_MAX_BYTES)
         return 0;
     uint32_t n = (uint32_t)item->len;
-    if (fiber_buf_append(&c->conn.out, &n, 4) != 0 ||
-        fiber_buf_append(&c->conn.out, item->data, item->len) != 0)
+    if (fiber_buf_append(fb_conn_out(&c->conn), &n, 4) != 0 ||
+        fiber_buf_append(fb_conn_out(&c->conn), item->data, item->len) != 0)
         return 0; /* the frame is unchanged: len still covers it */
-    f = c->conn.out.data + c->co_off; /* the buffer may have moved */
+    f = fb_conn_out(&c->conn)->data + c->co_off; /* the buffer may have moved */
     len += 4 + n;
     memcpy(f + 20, &len, 4);
     w->n++;
@@ -832,7 +829,7 @@ int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
     int rc = 0;
     if (!join_putn(c, obj, op, cr, item)) {
         struct fb_owait *w = calloc(1, sizeof *w);
-        size_t off = c->conn.out.len;
+        size_t off = fb_conn_out(&c->conn)->len;
         rc = w ? append_call(c, w, obj, op, -1, item, 1)
                : fb_err(FIBER_ENOMEM, "out of memory");
         if (rc) {
@@ -846,7 +843,7 @@ int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
         c->co_off = off;
     }
     __atomic_add_fetch(&cr->outstanding, 1, __ATOMIC_RELAXED);
-    if (!defer || c->conn.sec || hand_to_flusher(c) != 0)
+    if (!defer || fb_conn_encrypted(&c->conn) || hand_to_flusher(c) != 0)
         rc = oc_write(c);
     pthread_mutex_unlock(&c->mu);
     return rc ? fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
@@ -974,7 +971,7 @@ int fb_owait_ready(struct fb_owait *w)
         return 1;
     pthread_mutex_lock(&c->mu);
     if (!w->done && !c->reading && !c->dead) {
-        struct pollfd pf = {.fd = c->conn.fd, .events = POLLIN};
+        struct pollfd pf = {.fd = fb_conn_fd(&c->conn), .events = POLLIN};
         if (poll(&pf, 1, 0) > 0)
             pump(c);
     }

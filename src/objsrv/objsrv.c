@@ -132,7 +132,7 @@ static void conn_doom(struct fb_objsrv *s, struct fb_oconn *c)
 {
     if (!c->doomed) {
         fb_log_debug("object server: send on fd %d failed (%s); dropping "
-                     "the client", c->conn.fd, c->conn.err);
+                     "the client", fb_conn_fd(&c->conn), fb_conn_err(&c->conn));
         c->doomed = 1;
         s->n_doomed++;
     }
@@ -272,7 +272,8 @@ void fb_oreq_reply(struct fb_oreq *req, int status, const fiber_iov *items,
 {
     struct fb_oconn *c = req->conn;
     if (c && !c->doomed &&
-        fb_wire_put_oreply(&c->conn.out, req->id, status, items, count) == 0)
+        fb_wire_put_oreply(fb_conn_out(&c->conn), req->id, status, items,
+                           count) == 0)
         mark_dirty(req->srv, c);
     req_free(req);
 }
@@ -494,7 +495,8 @@ static void conn_drop(struct fb_objsrv *s, struct fb_oconn *c, const char *why)
         fb_gate_drop(&s->gate, &c->peer, why);
         return;
     }
-    fb_log_debug("object server: client on fd %d gone: %s", c->conn.fd, why);
+    fb_log_debug("object server: client on fd %d gone: %s",
+                 fb_conn_fd(&c->conn), why);
     /* Its parked requests go first, then every object hears of it. */
     struct fb_oreq *r = s->parked, *next;
     for (; r; r = next) {
@@ -518,9 +520,9 @@ static int admit(struct fb_objsrv *s, struct fb_oconn *c)
         return -1;
     fb_gate_admit(&s->gate, &c->peer);
     c->authed = 1;
-    c->conn.max_payload = s->max_payload;
+    fb_conn_set_max_payload(&c->conn, s->max_payload);
     struct fb_msg_welcome w = {0};
-    fb_wire_put_welcome(&c->conn.out, &w);
+    fb_wire_put_welcome(fb_conn_out(&c->conn), &w);
     send_now(s, c);
     return 0;
 }
@@ -549,9 +551,9 @@ static void on_conn(struct fb_objsrv *s, struct fb_oconn *c, uint32_t events)
             return;
     }
     if (got < 0)
-        conn_drop(s, c, c->conn.err);
+        conn_drop(s, c, fb_conn_err(&c->conn));
     else if (rc != 0)
-        conn_drop(s, c, c->conn.err);
+        conn_drop(s, c, fb_conn_err(&c->conn));
 }
 
 /* ---- the loop ------------------------------------------------------------ */
@@ -589,7 +591,7 @@ static void reap_doomed(struct fb_objsrv *s)
             return;
         }
         drain_doomed(s, c);
-        conn_drop(s, c, c->conn.err[0] ? c->conn.err : "send failed");
+        conn_drop(s, c, fb_conn_err_or(&c->conn, "send failed"));
     }
 }
 

@@ -55,7 +55,6 @@
 #include "base/spin.h"
 #include "base/thread.h"
 #include "net/gate.h"
-#include "net/secure.h"
 #include "objsrv/objsrv.h"
 #include "pipe/pipe_ops.h"
 #include "runtime/runtime.h"
@@ -304,7 +303,7 @@ static int put_hello(fiber_pipe *p)
                              .name = name,
                              .name_len = (uint8_t)strlen(name)};
     memcpy(h.token, p->token, sizeof h.token);
-    return fb_wire_put_hello(&p->link.out, &h);
+    return fb_wire_put_hello(fb_conn_out(&p->link), &h);
 }
 
 /* Our HELLO and PIPE_LINK (and PIPE_CLOSE when this end was closed while
@@ -313,12 +312,12 @@ static int greet(fiber_pipe *p)
 {
     int rc = put_hello(p);
     if (rc == 0)
-        rc = fb_wire_put_pipe_link(&p->link.out, p->sent_relayed);
+        rc = fb_wire_put_pipe_link(fb_conn_out(&p->link), p->sent_relayed);
     if (rc == 0 && p->closed)
-        rc = fb_wire_put_empty(&p->link.out, FB_MSG_PIPE_CLOSE, 0);
+        rc = fb_wire_put_empty(fb_conn_out(&p->link), FB_MSG_PIPE_CLOSE, 0);
     if (rc == 0 && fb_conn_flush(&p->link) < 0)
         link_break(p, "the process holding %s went away while the pipe was "
-                      "being linked: %s", p->link.err);
+                      "being linked: %s", fb_conn_err(&p->link));
     p->state = S_LINKING;
     return rc;
 }
@@ -370,7 +369,7 @@ static int dial(fiber_pipe *p, const char *addr)
         fall_back(p, addr, text);
         return 0;
     }
-    if (p->link.sec && !fb_sec_established(&p->link)) {
+    if (!fb_conn_handshake_done(&p->link)) {
         fb_strlcpy(p->dialed, addr, sizeof p->dialed);
         p->state = S_DIALING;
         return 0;
@@ -383,11 +382,11 @@ static int dial(fiber_pipe *p, const char *addr)
 static int dial_progress(fiber_pipe *p)
 {
     int r = fb_conn_read(&p->link);
-    if (fb_sec_established(&p->link) && !fb_sec_failed(&p->link))
+    int failed = fb_conn_stream_failed(&p->link);
+    if (fb_conn_handshake_done(&p->link) && !failed)
         return greet(p);
-    if (r != 0 || fb_sec_failed(&p->link)) {
-        fall_back(p, p->dialed, p->link.err[0] ? p->link.err
-                                               : "the link failed");
+    if (r != 0 || failed) {
+        fall_back(p, p->dialed, fb_conn_err_or(&p->link, "the link failed"));
     }
     return 0;
 }
@@ -546,7 +545,8 @@ static struct cand *listen_round(fiber_pipe *p, int wait_ms)
     for (struct fb_gate_peer *g = p->gate.oldest; g && n < MAX_CANDIDATES;
          g = g->newer, n++) {
         cs[n] = (struct cand *)((char *)g - offsetof(struct cand, peer));
-        pf[1 + n] = (struct pollfd){.fd = cs[n]->conn.fd, .events = POLLIN};
+        pf[1 + n] = (struct pollfd){.fd = fb_conn_fd(&cs[n]->conn),
+                                    .events = POLLIN};
     }
     if (next != UINT64_MAX && next - now < (uint64_t)wait_ms)
         wait_ms = (int)(next - now);
@@ -567,7 +567,7 @@ static int adopt(fiber_pipe *p, struct cand *c)
 {
     fb_conn_close(&p->link);
     p->link = c->conn;
-    p->link.max_payload = fb_rt_config()->max_message_bytes;
+    fb_conn_set_max_payload(&p->link, fb_rt_config()->max_message_bytes);
     fb_conn_init(&c->conn, -1, FB_GATE_HELLO_MAX);
     free(c);
     p->hello_in = 1;
@@ -620,7 +620,7 @@ static void read_control(fiber_pipe *p)
     if (!p->writing && fb_conn_pending(&p->link) &&
         fb_conn_flush(&p->link) < 0)
         link_break(p, "the process holding %s went away while the pipe was "
-                      "being linked: %s", p->link.err);
+                      "being linked: %s", fb_conn_err(&p->link));
     int rc = fb_conn_read(&p->link);
     struct fb_wire_hdr h;
     const uint8_t *pl;
@@ -628,7 +628,7 @@ static void read_control(fiber_pipe *p)
         int got = fb_conn_next(&p->link, &h, &pl);
         if (got < 0) {
             link_break(p, "%s sent a bad frame while linking: %s",
-                       p->link.err);
+                       fb_conn_err(&p->link));
             p->refused = 1;
         }
         if (got != 1 || control_frame(p, &h, pl) != 0)
@@ -637,7 +637,7 @@ static void read_control(fiber_pipe *p)
     if (p->state == S_LINKING && rc != 0 && !p->broken)
         link_break(p, "the process holding %s went away while the pipe was "
                       "being linked: %s",
-                   p->link.err[0] ? p->link.err : "end of stream");
+                   fb_conn_err_or(&p->link, "end of stream"));
 }
 
 /* Moves the link's set-up on without waiting (or, while listening, up to
@@ -671,20 +671,17 @@ static int progress(fiber_pipe *p, int wait_ms)
 
 static size_t unwritten(const fiber_pipe *p)
 {
-    return p->link.out.len - p->link.out_off;
+    return fb_conn_unsent(&p->link);
 }
 
 /* The flusher: writes batches of what sends left in the link's output,
  * outside mu (senders append to the other buffer meanwhile). */
 static void flusher_write(fiber_pipe *p)
 {
-    fiber_buf batch = p->link.out;
-    size_t off = p->link.out_off;
-    p->link.out = p->spare;
-    p->link.out.len = 0;
-    p->link.out_off = 0;
+    fiber_buf batch = p->spare;
+    size_t off = fb_conn_swap_out(&p->link, &batch);
     p->writing = 1;
-    int fd = p->link.fd;
+    int fd = fb_conn_fd(&p->link);
     pthread_mutex_unlock(&p->mu);
     int err = 0;
     while (off < batch.len && !err) {
@@ -726,7 +723,7 @@ static void *flusher_main(void *arg)
  * code when no thread can be started. */
 static int hand_to_flusher(fiber_pipe *p)
 {
-    if (p->link.sec)
+    if (fb_conn_encrypted(&p->link))
         return FIBER_ENOTSUP;
     if (!p->has_flusher) {
         int rc = fb_thread_start(&p->flusher, flusher_main, p,
@@ -750,7 +747,7 @@ static int drain_to(fiber_pipe *p, size_t limit, int timeout_ms,
                                           fb_conn_pending(&p->link))))) {
         if (!p->writing && fb_conn_flush(&p->link) < 0) {
             link_break(p, "the process holding %s went away: %s",
-                       p->link.err);
+                       fb_conn_err(&p->link));
             break;
         }
         if (unwritten(p) <= limit && !(limit == 0 && p->writing) &&
@@ -765,7 +762,7 @@ static int drain_to(fiber_pipe *p, size_t limit, int timeout_ms,
             pthread_cond_wait(&p->cond, &p->mu); /* woken when it writes */
             continue;
         }
-        struct pollfd pf = {.fd = p->link.fd,
+        struct pollfd pf = {.fd = fb_conn_fd(&p->link),
                             .events = fb_conn_wait_events(&p->link)};
         pthread_mutex_unlock(&p->mu);
         poll(&pf, 1, left < 0 || left > 100 ? 100 : left);
@@ -780,7 +777,7 @@ static int send_direct(fiber_pipe *p, const void *data, size_t len,
     uint64_t deadline = fb_deadline_ms(timeout_ms);
     int rc = drain_to(p, OUT_HIGH, timeout_ms, deadline);
     if (rc == 0)
-        rc = fb_wire_put_pipe_data(&p->link.out, data, (uint32_t)len);
+        rc = fb_wire_put_pipe_data(fb_conn_out(&p->link), data, (uint32_t)len);
     if (rc)
         return rc;
     uint64_t now = fb_now_ns();
@@ -791,7 +788,8 @@ static int send_direct(fiber_pipe *p, const void *data, size_t len,
         return 0;
     int w = fb_conn_flush(&p->link);
     if (w < 0)
-        link_break(p, "the process holding %s went away: %s", p->link.err);
+        link_break(p, "the process holding %s went away: %s",
+                   fb_conn_err(&p->link));
     else if (w == 1 && hand_to_flusher(p) != 0)
         return drain_to(p, 0, -1, UINT64_MAX);
     return p->broken ? link_error(p) : 0;
@@ -850,7 +848,7 @@ static int take_frame(fiber_pipe *p, fiber_buf *out)
     else if (got == 1)
         link_break(p, "%s sent %s on the link", fb_msg_type_name(h.type));
     else if (got < 0)
-        link_break(p, "%s sent a bad frame: %s", p->link.err);
+        link_break(p, "%s sent a bad frame: %s", fb_conn_err(&p->link));
     if (p->eof)
         return fb_err(FIBER_ECLOSED, "the other end of the pipe was closed");
     return p->broken ? link_error(p) : 1;
@@ -888,7 +886,7 @@ static int recv_direct(fiber_pipe *p, fiber_buf *out, int timeout_ms,
         if (r != 0) {
             link_break(p, "the process holding %s went away (the "
                           "connection ended: %s)",
-                       p->link.err[0] ? p->link.err : "end of stream");
+                       fb_conn_err_or(&p->link, "end of stream"));
             return link_error(p);
         }
         if (timeout_ms == 0)
@@ -896,7 +894,7 @@ static int recv_direct(fiber_pipe *p, fiber_buf *out, int timeout_ms,
         int left = fb_ms_left(deadline);
         if (left == 0)
             return fb_err(FIBER_ETIMEDOUT, "nothing was received in time");
-        struct pollfd pf = {.fd = p->link.fd, .events = POLLIN};
+        struct pollfd pf = {.fd = fb_conn_fd(&p->link), .events = POLLIN};
         pthread_mutex_unlock(&p->mu);
         if (!spin_wait(&p->spin, &pf))
             poll(&pf, 1, left);
@@ -1020,7 +1018,7 @@ FIBER_API int fiber_pipe_close(fiber_pipe *p)
     int was = p->closed;
     p->closed = 1;
     if (direct && !was && !p->broken) {
-        rc = fb_wire_put_empty(&p->link.out, FB_MSG_PIPE_CLOSE, 0);
+        rc = fb_wire_put_empty(fb_conn_out(&p->link), FB_MSG_PIPE_CLOSE, 0);
         if (rc == 0)
             rc = drain_to(p, 0, -1, UINT64_MAX);
     }
@@ -1191,7 +1189,7 @@ FIBER_API void fiber_pipe_free(fiber_pipe *p)
     live_remove(p);
     pthread_mutex_lock(&p->mu);
     p->magic = 0;
-    if (p->link.fd >= 0 && !p->broken)
+    if (fb_conn_fd(&p->link) >= 0 && !p->broken)
         drain_to(p, 0, 10000, fb_deadline_ms(10000)); /* sends go out */
     p->fl_stop = 1;
     pthread_cond_broadcast(&p->cond);
@@ -1213,7 +1211,7 @@ void fb_pipes_drain(uint64_t deadline_ms)
     pthread_mutex_lock(&live_mu);
     for (fiber_pipe *p = live; p; p = p->next_live) {
         pthread_mutex_lock(&p->mu);
-        if (p->link.fd >= 0 && !p->broken &&
+        if (fb_conn_fd(&p->link) >= 0 && !p->broken &&
             (p->state == S_LINKING || p->state == S_LINKED))
             drain_to(p, 0, fb_ms_left(deadline_ms), deadline_ms);
         pthread_mutex_unlock(&p->mu);

@@ -120,7 +120,6 @@ static int launch_worker(struct fiber_pool *p)
     if (!w)
         return fb_err(FIBER_ENOMEM, "out of memory for a worker");
     w->pool = p;
-    w->conn.fd = -1;
     char name[64];
     if (p->job_strs[0])
         snprintf(name, sizeof name, "%.40s-%llu", p->job_strs[0],
@@ -290,7 +289,7 @@ static void close_conn(struct fiber_pool *p, struct fb_worker *w)
 {
     if (!w->has_conn)
         return;
-    epoll_ctl(p->epfd, EPOLL_CTL_DEL, w->conn.fd, NULL);
+    epoll_ctl(p->epfd, EPOLL_CTL_DEL, fb_conn_fd(&w->conn), NULL);
     fb_conn_close(&w->conn);
     w->has_conn = 0;
     w->want_out = w->out_armed = 0;
@@ -371,7 +370,7 @@ static void worker_connected(struct fiber_pool *p, struct fb_worker *w,
     w->state = W_INIT;
     w->last_heard_ms = fb_now_ms();
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
-    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, w->conn.fd, &ev) != 0) {
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fb_conn_fd(&w->conn), &ev) != 0) {
         worker_lost(p, w, "cannot watch its connection");
         return;
     }
@@ -382,7 +381,7 @@ static void worker_connected(struct fiber_pool *p, struct fb_worker *w,
         .init_arg = p->init_arg,
         .init_arg_len = (uint32_t)p->init_arg_len};
     fb_pool_note(p, w);
-    if (fb_wire_put_pool(&w->conn.out, &m) != 0)
+    if (fb_wire_put_pool(fb_conn_out(&w->conn), &m) != 0)
         worker_lost(p, w, fiber_last_error());
     fb_pool_note(p, w);
 }
@@ -485,7 +484,7 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
         (b->has_shared && memcmp(&b->shared, &w->shared, sizeof w->shared))) {
         /* The chunks from here on belong to another call's shared
          * argument (or none). */
-        if (fb_wire_put_obj_call(&w->conn.out,
+        if (fb_wire_put_obj_call(fb_conn_out(&w->conn),
                                  b->has_shared ? b->shared.bytes : NULL)) {
             free(c);
             return 0;
@@ -493,22 +492,24 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
         w->shared_told = b->has_shared;
         w->shared = b->shared;
     }
-    size_t mark, sent = 0, start_len = w->conn.out.len;
+    /* The frame is built in place in the conn's output (one lookup of it
+     * per chunk, not per task: nothing else touches the conn meanwhile). */
+    fiber_buf *out = fb_conn_out(&w->conn);
+    size_t mark, sent = 0, start_len = out->len;
     c->id = ++p->chunk_seq;
-    if (fb_wire_task_begin(&w->conn.out, c->id, b->task, b->task_len,
-                           &mark) != 0)
+    if (fb_wire_task_begin(out, c->id, b->task, b->task_len, &mark) != 0)
         goto fail;
     while (sent < count) {
         const void *data;
         size_t len;
         fb_batch_input(b, first + sent, &data, &len);
-        if (sent > 0 && w->conn.out.len - mark + len > p->max_frame / 2)
+        if (sent > 0 && out->len - mark + len > p->max_frame / 2)
             break;
-        if (fb_wire_task_add(&w->conn.out, data, (uint32_t)len) != 0)
+        if (fb_wire_task_add(out, data, (uint32_t)len) != 0)
             goto fail;
         sent++;
     }
-    fb_wire_task_end(&w->conn.out, mark, (uint32_t)sent);
+    fb_wire_task_end(out, mark, (uint32_t)sent);
     c->b = b;
     c->first = first;
     c->count = (uint32_t)sent;
@@ -523,7 +524,7 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
     fb_pool_note(p, w);
     return sent;
 fail:
-    w->conn.out.len = start_len;
+    out->len = start_len;
     free(c);
     return 0;
 }
@@ -649,7 +650,7 @@ void fb_pool_flush(struct fiber_pool *p)
     while ((w = p->dirty.head)) {
         int rc = fb_conn_flush(&w->conn);
         if (rc < 0) {
-            worker_lost(p, w, w->conn.err);
+            worker_lost(p, w, fb_conn_err(&w->conn));
         } else {
             w->want_out = rc == 1;
             if (w->want_out != w->out_armed) {
@@ -657,7 +658,7 @@ void fb_pool_flush(struct fiber_pool *p)
                 struct epoll_event ev = {
                     .events = EPOLLIN | (w->out_armed ? EPOLLOUT : 0),
                     .data.ptr = w};
-                epoll_ctl(p->epfd, EPOLL_CTL_MOD, w->conn.fd, &ev);
+                epoll_ctl(p->epfd, EPOLL_CTL_MOD, fb_conn_fd(&w->conn), &ev);
             }
         }
         fb_pool_note(p, w);
@@ -736,7 +737,7 @@ static int on_frame(struct fiber_pool *p, struct fb_worker *w,
         return 0;
     }
     case FB_MSG_PING: {
-        int rc = fb_wire_put_pong(&w->conn.out, h->id) == 0 ? 0 : -1;
+        int rc = fb_wire_put_pong(fb_conn_out(&w->conn), h->id) == 0 ? 0 : -1;
         fb_pool_note(p, w);
         return rc;
     }
@@ -746,9 +747,9 @@ static int on_frame(struct fiber_pool *p, struct fb_worker *w,
 
 static void on_readable(struct fiber_pool *p, struct fb_worker *w)
 {
-    size_t had = w->conn.in.len;
+    size_t had = fb_conn_buffered(&w->conn);
     int rc = fb_conn_read(&w->conn);
-    if (w->conn.in.len != had) {
+    if (fb_conn_buffered(&w->conn) != had) {
         w->last_heard_ms = fb_now_ms();
         fb_wlist_push(&p->heard, w); /* now the most recently heard */
         w->want_out = 0; /* an encrypted conn may now have its peer's key */
@@ -768,9 +769,9 @@ static void on_readable(struct fiber_pool *p, struct fb_worker *w)
     if (!w->has_conn)
         return;
     if (got < 0)
-        worker_lost(p, w, w->conn.err);
+        worker_lost(p, w, fb_conn_err(&w->conn));
     else if (rc != 0)
-        worker_lost(p, w, w->exit_msg[0] ? w->exit_msg : w->conn.err);
+        worker_lost(p, w, w->exit_msg[0] ? w->exit_msg : fb_conn_err(&w->conn));
 }
 
 /* ---- keeping the pool the right size ------------------------------------ */
@@ -846,7 +847,7 @@ static void send_stops(struct fiber_pool *p)
         if (w->inflight == 0) {
             w->asked_to_stop = 1;
             if (w->has_conn && w->state != W_STARTING) {
-                fb_wire_put_empty(&w->conn.out, FB_MSG_STOP, 0);
+                fb_wire_put_empty(fb_conn_out(&w->conn), FB_MSG_STOP, 0);
                 w->stop_sent = 1;
             } else if (w->state == W_STARTING) {
                 fb_rt_lock();

@@ -34,7 +34,7 @@ static void proc_connected(struct fb_jobrec *j)
                            .task_len = (uint8_t)strlen(p->task),
                            .arg = p->arg,
                            .arg_len = (uint32_t)p->arg_len};
-    if (fb_wire_put_run(&j->conn.out, j->id, &m) != 0) {
+    if (fb_wire_put_run(fb_conn_out(&j->conn), j->id, &m) != 0) {
         fb_log_error("cannot queue the assignment of '%s': %s", j->name,
                      fiber_last_error());
         fb_rt_terminate(j);
@@ -67,7 +67,7 @@ static int proc_message(struct fb_jobrec *j, const struct fb_wire_hdr *h,
     if (h->type == FB_MSG_HEARTBEAT)
         return 0; /* every child's watchdog sends them */
     if (h->type == FB_MSG_PING) {
-        fb_wire_put_pong(&j->conn.out, h->id);
+        fb_wire_put_pong(fb_conn_out(&j->conn), h->id);
         fb_rt_kick(j);
         return 0;
     }

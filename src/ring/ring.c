@@ -301,11 +301,11 @@ static int hello_problem(const fiber_ring *r, uint64_t nonce, int want,
  * error (and a peer that sent it is confused). */
 static int adopt_link(struct fb_conn *c, struct fb_conn *link)
 {
-    if (c->in_off != c->in.len)
+    if (fb_conn_buffered(c) != 0)
         return fb_err(FIBER_EPROTO, "a ring peer sent data before it was "
                                     "answered");
     fb_conn_close(link);
-    *link = *c;
+    fb_conn_move(link, c);
     fb_conn_init(c, -1, FB_GATE_HELLO_MAX);
     return 0;
 }
@@ -330,10 +330,10 @@ static int dial_next(const fiber_ring *r, struct joining *j)
     fb_conn_init(&j->next, fd, FB_GATE_HELLO_MAX);
     rc = fb_conn_secure_for(&j->next, j->next_addr, FB_SEC_CLIENT, r->token);
     if (rc == 0)
-        rc = put_hello(r, j->nonce, &j->next.out);
+        rc = put_hello(r, j->nonce, fb_conn_out(&j->next));
     if (rc == 0 && fb_conn_flush(&j->next) < 0)
         rc = fb_err(FIBER_ECLOSED, "ring rank %d: cannot greet rank %d: %s",
-                    r->rank, mod(r->rank + 1, r->n), j->next.err);
+                    r->rank, mod(r->rank + 1, r->n), fb_conn_err(&j->next));
     return rc;
 }
 
@@ -350,7 +350,7 @@ static int await_next(fiber_ring *r, struct joining *j)
     if (rc)
         return fb_err(rc == FIBER_EPROTO ? rc : FIBER_ECLOSED,
                       "ring rank %d: cannot greet rank %d: %s", r->rank,
-                      want, j->next.err);
+                      want, fb_conn_err(&j->next));
     rc = fb_conn_recv_wait(&j->next, &h, &p, j->deadline);
     if (rc == FIBER_ETIMEDOUT)
         return fb_err(rc, "ring rank %d: rank %d did not answer in time",
@@ -358,7 +358,7 @@ static int await_next(fiber_ring *r, struct joining *j)
     if (rc != 1)
         return fb_err(rc == FIBER_EPROTO ? rc : FIBER_ECLOSED,
                       "ring rank %d: rank %d did not answer: %s", r->rank,
-                      want, j->next.err);
+                      want, fb_conn_err(&j->next));
     char why[512];
     if (hello_problem(r, j->nonce, want, &h, p, why, sizeof why) != 0)
         return fb_err(FIBER_EAUTH, "ring rank %d: the peer at %s is not "
@@ -465,11 +465,12 @@ static int find_prev(const fiber_ring *r, struct joining *j,
         for (struct fb_gate_peer *p = g->oldest; p && n < MAX_CANDIDATES;
              p = p->newer, n++) {
             cs[n] = cand_of(p);
-            pf[1 + n] = (struct pollfd){.fd = cs[n]->conn.fd, .events = POLLIN};
+            pf[1 + n] = (struct pollfd){.fd = fb_conn_fd(&cs[n]->conn),
+                                        .events = POLLIN};
         }
         /* Our HELLO to next may still wait for its key (encryption). */
         pf[1 + n] = (struct pollfd){
-            .fd = j->next.fd,
+            .fd = fb_conn_fd(&j->next),
             .events = (short)(POLLRDHUP | fb_conn_wait_events(&j->next))};
         int wait = fb_ms_left(j->deadline);
         if (next != UINT64_MAX && (wait < 0 || next - now < (uint64_t)wait))
@@ -484,7 +485,7 @@ static int find_prev(const fiber_ring *r, struct joining *j,
         if ((next_ev & (POLLIN | POLLOUT)) && fb_conn_flush(&j->next) < 0)
             return fb_err(FIBER_ECLOSED, "ring rank %d: cannot greet rank "
                           "%d: %s", r->rank, mod(r->rank + 1, r->n),
-                          j->next.err);
+                          fb_conn_err(&j->next));
         if (next_ev & (POLLRDHUP | POLLHUP | POLLERR))
             return fb_err(FIBER_ECLOSED, "ring rank %d: rank %d left while "
                           "the ring was being linked", r->rank,
@@ -503,10 +504,10 @@ static int accept_prev(fiber_ring *r, struct joining *j)
     struct cand *won;
     int rc = find_prev(r, j, &g, &won);
     if (rc == 0)
-        rc = put_hello(r, j->nonce, &won->conn.out);
+        rc = put_hello(r, j->nonce, fb_conn_out(&won->conn));
     if (rc == 0 && fb_conn_flush_wait(&won->conn, j->deadline) != 0)
         rc = fb_err(FIBER_ECLOSED, "ring rank %d: cannot answer rank %d: %s",
-                    r->rank, mod(r->rank - 1, r->n), won->conn.err);
+                    r->rank, mod(r->rank - 1, r->n), fb_conn_err(&won->conn));
     if (rc == 0) {
         fb_gate_admit(&g, &won->peer);
         rc = adopt_link(&won->conn, &r->prev);
@@ -629,7 +630,7 @@ static int link_error(const fiber_ring *r, int to_next, int err)
     if (err == EPROTO || err == EBADMSG) /* the encrypted stream failed */
         return fb_err(FIBER_EPROTO, "ring rank %d: the link %s rank %d: %s",
                       r->rank, dir, peer,
-                      to_next ? r->next.err : r->prev.err);
+                      to_next ? fb_conn_err(&r->next) : fb_conn_err(&r->prev));
     errno = err;
     return fb_err_errno(FIBER_ESYS, "ring rank %d: the link %s rank %d",
                         r->rank, dir, peer);
@@ -777,9 +778,9 @@ static int wait_links(fiber_ring *r, const struct xfer *tx, int rx_pending,
     if (rx_pending && fb_conn_buffered(&r->prev) > 0)
         return 0; /* decrypted bytes wait in the conn, not the socket */
     struct pollfd pf[2] = {
-        {.fd = tx || !r->next_gone ? r->next.fd : -1,
+        {.fd = tx || !r->next_gone ? fb_conn_fd(&r->next) : -1,
          .events = POLLRDHUP | (tx && tx->blocked ? POLLOUT : 0)},
-        {.fd = rx_pending || !r->prev_gone ? r->prev.fd : -1,
+        {.fd = rx_pending || !r->prev_gone ? fb_conn_fd(&r->prev) : -1,
          .events = POLLRDHUP | (rx_pending ? POLLIN : 0)},
     };
     int left = fb_ms_left(deadline);

@@ -208,12 +208,12 @@ static int handshake(struct fiber_run_watch *w, const char *addr,
     memcpy(h.token, token, sizeof h.token);
     int rc = encrypted ? fb_conn_secure(c, FB_SEC_CLIENT, token) : 0;
     if (rc == 0)
-        rc = fb_wire_put_hello(&c->out, &h);
+        rc = fb_wire_put_hello(fb_conn_out(c), &h);
     sodium_memzero(h.token, sizeof h.token);
     if (rc == 0 && fb_conn_flush_wait(c, deadline) != 0)
         return fb_err(FIBER_EUNREACHABLE,
                       "cannot send HELLO to the master of run '%s' at %s: %s",
-                      w->run, addr, c->err);
+                      w->run, addr, fb_conn_err(c));
     if (rc)
         return rc;
     struct fb_wire_hdr hdr;
@@ -227,7 +227,7 @@ static int handshake(struct fiber_run_watch *w, const char *addr,
         return fb_err(FIBER_EAUTH,
                       "the master of run '%s' closed the connection instead "
                       "of accepting it (%s): is master.token this run's?",
-                      w->run, c->err[0] ? c->err : "no reason given");
+                      w->run, fb_conn_err_or(c, "no reason given"));
     if (hdr.type == FB_MSG_REJECT) {
         struct fb_msg_text t = {0};
         fb_wire_get_text(p, hdr.len, &t, NULL, 0);
@@ -261,7 +261,6 @@ FIBER_API int fiber_run_watch_open(fiber_run_watch **out, const char *run,
         return fb_err(FIBER_ENOMEM, "out of memory");
     }
     w->magic = WATCH_MAGIC;
-    w->conn.fd = -1;
     fb_strlcpy(w->run, run, sizeof w->run);
     uint64_t deadline =
         fb_deadline_ms(timeout_ms < 0 ? DEFAULT_TIMEOUT_MS : timeout_ms);
@@ -339,10 +338,10 @@ FIBER_API int fiber_run_watch_read(fiber_run_watch *w, fiber_run_stats *out,
     uint64_t deadline =
         fb_deadline_ms(timeout_ms < 0 ? DEFAULT_TIMEOUT_MS : timeout_ms);
     uint64_t id = ++w->next_id;
-    int rc = fb_wire_put_empty(&w->conn.out, FB_MSG_STATS, id);
+    int rc = fb_wire_put_empty(fb_conn_out(&w->conn), FB_MSG_STATS, id);
     if (rc == 0 && fb_conn_flush_wait(&w->conn, deadline) != 0)
         return fb_err(FIBER_ECLOSED, "the master of run '%s' went away (%s)",
-                      w->run, w->conn.err);
+                      w->run, fb_conn_err(&w->conn));
     for (; rc == 0;) {
         struct fb_wire_hdr h;
         const uint8_t *p;
@@ -353,11 +352,11 @@ FIBER_API int fiber_run_watch_read(fiber_run_watch *w, fiber_run_stats *out,
                           w->run);
         if (got == FIBER_EPROTO)
             return fb_err(FIBER_EPROTO, "the master of run '%s': %s", w->run,
-                          w->conn.err);
+                          fb_conn_err(&w->conn));
         if (got != 1)
             return fb_err(FIBER_ECLOSED,
                           "the master of run '%s' went away (%s)", w->run,
-                          w->conn.err[0] ? w->conn.err : "closed");
+                          fb_conn_err_or(&w->conn, "closed"));
         if (h.type != FB_MSG_SNAPSHOT || h.id != id)
             continue; /* an answer to an earlier request that timed out */
         struct fb_msg_snapshot m;

@@ -152,14 +152,14 @@ static uint32_t handshake(struct fb_runtime *rt, const struct boot *b,
                              .name = b->name,
                              .name_len = (uint8_t)strlen(b->name)};
     memcpy(h.token, b->token, sizeof h.token);
-    if (fb_wire_put_hello(&c->out, &h) != 0 ||
+    if (fb_wire_put_hello(fb_conn_out(c), &h) != 0 ||
         fb_conn_flush_wait(c, deadline) != 0)
-        die(FB_EXIT_UNREACHABLE, "cannot send HELLO: %s", c->err);
+        die(FB_EXIT_UNREACHABLE, "cannot send HELLO: %s", fb_conn_err(c));
     struct fb_wire_hdr hdr;
     const uint8_t *p;
     int rc = fb_conn_recv_wait(c, &hdr, &p, deadline);
     if (rc != 1)
-        die(FB_EXIT_REJECTED, "no WELCOME from the master: %s", c->err);
+        die(FB_EXIT_REJECTED, "no WELCOME from the master: %s", fb_conn_err(c));
     if (hdr.type == FB_MSG_REJECT) {
         struct fb_msg_text t;
         fb_wire_get_text(p, hdr.len, &t, NULL, 0);
@@ -179,8 +179,8 @@ static uint32_t handshake(struct fb_runtime *rt, const struct boot *b,
 static void send_heartbeat(struct fb_child *ch)
 {
     pthread_mutex_lock(&ch->write_mu);
-    if (ch->conn.out_off == ch->conn.out.len &&
-        fb_wire_put_empty(&ch->conn.out, FB_MSG_HEARTBEAT, 0) == 0)
+    if (fb_conn_unsent(&ch->conn) == 0 &&
+        fb_wire_put_empty(fb_conn_out(&ch->conn), FB_MSG_HEARTBEAT, 0) == 0)
         fb_conn_flush(&ch->conn);
     pthread_mutex_unlock(&ch->write_mu);
 }
@@ -188,7 +188,7 @@ static void send_heartbeat(struct fb_child *ch)
 static void *watchdog(void *arg)
 {
     struct fb_child *ch = arg;
-    struct pollfd p = {.fd = ch->conn.fd, .events = POLLRDHUP};
+    struct pollfd p = {.fd = fb_conn_fd(&ch->conn), .events = POLLRDHUP};
     int timeout = ch->heartbeat_ms ? (int)ch->heartbeat_ms : -1;
     for (;;) {
         int n = poll(&p, 1, timeout);
@@ -226,7 +226,7 @@ static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
     if (fiber_task_lookup(task, &fn) != 0) {
         const char *why = fiber_last_error();
         pthread_mutex_lock(&ch->write_mu);
-        fb_wire_put_exit(&c->out, FB_EXIT_NOTASK, why, strlen(why));
+        fb_wire_put_exit(fb_conn_out(c), FB_EXIT_NOTASK, why, strlen(why));
         fb_conn_flush_wait(c, fb_deadline_ms(5000));
         pthread_mutex_unlock(&ch->write_mu);
         die(FB_EXIT_NOTASK, "%s", why);
@@ -251,7 +251,7 @@ static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
     if (rc == FIBER_ETASK)
         rc = 1;
     pthread_mutex_lock(&ch->write_mu);
-    fb_wire_put_exit(&c->out, rc, why, strnlen(why, FB_WIRE_TEXT_MAX));
+    fb_wire_put_exit(fb_conn_out(c), rc, why, strnlen(why, FB_WIRE_TEXT_MAX));
     fb_conn_flush_wait(c, fb_deadline_ms(5000));
     pthread_mutex_unlock(&ch->write_mu);
     free(arg);
@@ -261,22 +261,22 @@ static void run_process(struct fb_child *ch, const struct fb_wire_hdr *hdr,
     exit(rc & 0xff);
 }
 
-static struct fb_child ch = {.write_mu = PTHREAD_MUTEX_INITIALIZER,
-                            .conn = {.fd = -1}};
+/* ch.conn starts zeroed: a closed conn until fb_child_main dials. */
+static struct fb_child ch = {.write_mu = PTHREAD_MUTEX_INITIALIZER};
 
 int fb_child_note(int32_t kind, const char *text)
 {
-    if (ch.conn.fd < 0)
+    if (fb_conn_fd(&ch.conn) < 0)
         return fb_err(FIBER_ESTATE, "not a child job");
     pthread_mutex_lock(&ch.write_mu);
-    int rc = fb_wire_put_note(&ch.conn.out, kind, text, strlen(text));
+    int rc = fb_wire_put_note(fb_conn_out(&ch.conn), kind, text, strlen(text));
     if (rc == 0)
         rc = fb_conn_flush_wait(&ch.conn, fb_deadline_ms(10000));
     pthread_mutex_unlock(&ch.write_mu);
     return rc;
 }
 
-int fb_child_master_fd(void) { return ch.conn.fd; }
+int fb_child_master_fd(void) { return fb_conn_fd(&ch.conn); }
 
 void fb_child_main(void)
 {
@@ -296,7 +296,7 @@ void fb_child_main(void)
     int rc = fb_conn_recv_wait(&ch.conn, &hdr, &p, UINT64_MAX);
     if (rc != 1)
         die(FB_EXIT_MASTER_LOST, "no assignment from the master: %s",
-            ch.conn.err);
+            fb_conn_err(&ch.conn));
     if (hdr.type == FB_MSG_RUN)
         run_process(&ch, &hdr, p);
     if (hdr.type == FB_MSG_POOL)

@@ -573,7 +573,6 @@ static int new_record(struct fb_jobrec **out, const char *prefix,
     j->ops = ops;
     j->owner = owner;
     j->event_fd = -1;
-    j->conn.fd = -1;
     if (name && *name) {
         if (!fb_job_name_valid(name)) {
             free(j);

@@ -113,7 +113,7 @@ void fb_service_unwatch_job(struct fb_jobrec *j)
         R->n_polled_jobs--;
     }
     if (j->connected)
-        ep_del(j->conn.fd);
+        ep_del(fb_conn_fd(&j->conn));
 }
 
 /* ---- unauthenticated peers -------------------------------------------- */
@@ -128,7 +128,7 @@ static void close_pending(struct fb_gate_peer *peer, void *arg)
 {
     FB_UNUSED(arg);
     struct fb_pending *p = pending_of(peer);
-    ep_del(p->conn.fd);
+    ep_del(fb_conn_fd(&p->conn));
     fb_conn_close(&p->conn);
     free(p);
 }
@@ -188,20 +188,19 @@ static void adopt(struct fb_pending *p, struct fb_jobrec *j)
 {
     fb_gate_admit(&R->gate, &p->peer);
     j->conn = p->conn;
-    j->conn.max_payload = R->cfg.max_message_bytes;
+    fb_conn_set_max_payload(&j->conn, R->cfg.max_message_bytes);
     free(p);
     j->connected = j->ever_connected = 1;
     struct fb_msg_welcome w = {
         .heartbeat_ms = (uint32_t)R->cfg.heartbeat_ms};
-    fb_wire_put_welcome(&j->conn.out, &w);
+    fb_wire_put_welcome(fb_conn_out(&j->conn), &w);
     if (j->ops->takes_conn) {
-        ep_del(j->conn.fd);
+        ep_del(fb_conn_fd(&j->conn));
         j->ops->connected(j); /* the owner now has the connection */
         j->connected = 0;
-        memset(&j->conn, 0, sizeof j->conn);
-        j->conn.fd = -1;
+        memset(&j->conn, 0, sizeof j->conn); /* moved: closed, not ours */
     } else {
-        ep_mod(j->conn.fd, EPOLLIN, EV_JOB(j->id, EV_CONN));
+        ep_mod(fb_conn_fd(&j->conn), EPOLLIN, EV_JOB(j->id, EV_CONN));
         j->ops->connected(j);
         fb_rt_kick(j);
     }
@@ -263,7 +262,7 @@ static void conn_lost(struct fb_jobrec *j, const char *why)
 {
     fb_log_debug("job %llu '%s': connection closed: %s",
                  (unsigned long long)j->id, j->name, why);
-    ep_del(j->conn.fd);
+    ep_del(fb_conn_fd(&j->conn));
     fb_conn_close(&j->conn);
     j->connected = 0;
     poll_one(j);
@@ -276,11 +275,11 @@ static void on_conn(struct fb_jobrec *j, uint32_t events)
     if (events & EPOLLOUT) {
         int rc = fb_conn_flush(&j->conn);
         if (rc < 0) {
-            conn_lost(j, j->conn.err);
+            conn_lost(j, fb_conn_err(&j->conn));
             return;
         }
         if (rc == 0)
-            ep_mod(j->conn.fd, EPOLLIN, EV_JOB(j->id, EV_CONN));
+            ep_mod(fb_conn_fd(&j->conn), EPOLLIN, EV_JOB(j->id, EV_CONN));
     }
     if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
         return;
@@ -300,15 +299,16 @@ static void on_conn(struct fb_jobrec *j, uint32_t events)
     }
     if (got < 0) {
         fb_log_error("job %llu '%s': %s; terminating it",
-                     (unsigned long long)j->id, j->name, j->conn.err);
-        conn_lost(j, j->conn.err);
+                     (unsigned long long)j->id, j->name, fb_conn_err(&j->conn));
+        conn_lost(j, fb_conn_err(&j->conn));
         fb_rt_terminate(j);
         return;
     }
     if (rc != 0)
-        conn_lost(j, j->conn.err);
-    else if (j->conn.out_off < j->conn.out.len)
-        ep_mod(j->conn.fd, EPOLLIN | EPOLLOUT, EV_JOB(j->id, EV_CONN));
+        conn_lost(j, fb_conn_err(&j->conn));
+    else if (fb_conn_unsent(&j->conn) > 0)
+        ep_mod(fb_conn_fd(&j->conn), EPOLLIN | EPOLLOUT,
+               EV_JOB(j->id, EV_CONN));
 }
 
 /* Deadlines and polling; returns the epoll timeout until the next one. */
@@ -374,8 +374,9 @@ static void dispatch(const struct epoll_event *ev)
 static void arm_writers(void)
 {
     for (struct fb_jobrec *j = R->jobs; j; j = j->next)
-        if (j->connected && j->conn.out_off < j->conn.out.len)
-            ep_mod(j->conn.fd, EPOLLIN | EPOLLOUT, EV_JOB(j->id, EV_CONN));
+        if (j->connected && fb_conn_unsent(&j->conn) > 0)
+            ep_mod(fb_conn_fd(&j->conn), EPOLLIN | EPOLLOUT,
+                   EV_JOB(j->id, EV_CONN));
 }
 
 static void *service_main(void *arg)

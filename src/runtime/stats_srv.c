@@ -228,9 +228,9 @@ static int put_snapshot(fiber_buf *out, uint64_t id)
 static void monitor_drop(struct fb_monitor *m, const char *why)
 {
     struct fb_runtime *R = fb_rt();
-    fb_log_debug("monitor on fd %d closed: %s", m->conn.fd, why);
+    fb_log_debug("monitor on fd %d closed: %s", fb_conn_fd(&m->conn), why);
     if (R->epoll_fd >= 0)
-        epoll_ctl(R->epoll_fd, EPOLL_CTL_DEL, m->conn.fd, NULL);
+        epoll_ctl(R->epoll_fd, EPOLL_CTL_DEL, fb_conn_fd(&m->conn), NULL);
     if (m->prev)
         m->prev->next = m->next;
     else
@@ -250,7 +250,7 @@ static void monitor_arm(struct fb_monitor *m, int want_out)
     struct epoll_event ev = {
         .events = EPOLLIN | (want_out ? EPOLLOUT : 0),
         .data.u64 = (uint64_t)(uintptr_t)m | FB_EV_MONITOR};
-    epoll_ctl(fb_rt()->epoll_fd, EPOLL_CTL_MOD, m->conn.fd, &ev);
+    epoll_ctl(fb_rt()->epoll_fd, EPOLL_CTL_MOD, fb_conn_fd(&m->conn), &ev);
 }
 
 /* Sends what is queued; returns -1 after dropping m. */
@@ -258,7 +258,7 @@ static int monitor_flush(struct fb_monitor *m)
 {
     int rc = fb_conn_flush(&m->conn);
     if (rc < 0) {
-        monitor_drop(m, m->conn.err);
+        monitor_drop(m, fb_conn_err(&m->conn));
         return -1;
     }
     monitor_arm(m, rc == 1);
@@ -273,14 +273,14 @@ void fb_stats_adopt(struct fb_conn *conn)
     if (!m) {
         static const char why[] = "too many monitors are watching this run";
         fb_log_warn("refusing a monitor: %s (%d)", why, n_monitors);
-        if (fb_wire_put_reject(&conn->out, why, sizeof why - 1) == 0)
+        if (fb_wire_put_reject(fb_conn_out(conn), why, sizeof why - 1) == 0)
             fb_conn_flush(conn);
-        epoll_ctl(R->epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+        epoll_ctl(R->epoll_fd, EPOLL_CTL_DEL, fb_conn_fd(conn), NULL);
         fb_conn_close(conn);
         return;
     }
     m->conn = *conn;
-    m->conn.max_payload = MONITOR_MAX_PAYLOAD;
+    fb_conn_set_max_payload(&m->conn, MONITOR_MAX_PAYLOAD);
     m->want_out = -1;
     m->next = monitors;
     if (monitors)
@@ -289,12 +289,12 @@ void fb_stats_adopt(struct fb_conn *conn)
     n_monitors++;
     fb_log_info("a monitor (fiber top) is watching this run");
     struct fb_msg_welcome w = {.heartbeat_ms = (uint32_t)R->cfg.heartbeat_ms};
-    if (fb_wire_put_welcome(&m->conn.out, &w) != 0) {
+    if (fb_wire_put_welcome(fb_conn_out(&m->conn), &w) != 0) {
         monitor_drop(m, "out of memory");
         return;
     }
     /* A STATS sent right behind HELLO is already in the buffer. */
-    if (monitor_flush(m) == 0 && m->conn.in.len > m->conn.in_off)
+    if (monitor_flush(m) == 0 && fb_conn_buffered(&m->conn) > 0)
         fb_stats_on_event(m, EPOLLIN);
 }
 
@@ -312,21 +312,21 @@ void fb_stats_on_event(void *ptr, unsigned events)
     while ((got = fb_conn_next(&m->conn, &h, &payload)) == 1) {
         if (h.type != FB_MSG_STATS) {
             fb_log_warn("monitor on fd %d sent %s, not STATS; dropping it",
-                        m->conn.fd, fb_msg_type_name(h.type));
+                        fb_conn_fd(&m->conn), fb_msg_type_name(h.type));
             monitor_drop(m, "protocol violation");
             return;
         }
-        if (put_snapshot(&m->conn.out, h.id) != 0) {
+        if (put_snapshot(fb_conn_out(&m->conn), h.id) != 0) {
             monitor_drop(m, fiber_last_error());
             return;
         }
     }
     if (got < 0) {
-        monitor_drop(m, m->conn.err);
+        monitor_drop(m, fb_conn_err(&m->conn));
         return;
     }
     if (rc != 0) {
-        monitor_drop(m, m->conn.err);
+        monitor_drop(m, fb_conn_err(&m->conn));
         return;
     }
     monitor_flush(m);

@@ -64,7 +64,7 @@ static void report_fault(int sig)
         return;
     w->running = 0;
     struct fb_conn *c = &w->ch->conn;
-    if (c->out_off != 0 && c->out_off < c->out.len)
+    if (fb_conn_partly_sent(c))
         return; /* a frame is half sent: adding one would garble both */
     if (w->in_frame > 0)
         fb_wire_result_end(&w->stage, w->mark, w->in_frame, 0);
@@ -111,14 +111,15 @@ static void send_staged(struct worker *w, int wait)
 {
     struct fb_child *ch = w->ch;
     pthread_mutex_lock(&ch->write_mu);
-    int rc = fiber_buf_append(&ch->conn.out, w->stage.data, w->stage.len);
+    int rc = fiber_buf_append(fb_conn_out(&ch->conn), w->stage.data,
+                              w->stage.len);
     if (rc == 0)
         rc = wait ? fb_conn_flush_wait(&ch->conn, UINT64_MAX)
                   : fb_conn_flush(&ch->conn);
     pthread_mutex_unlock(&ch->write_mu);
     if (rc < 0)
         fb_child_die(FB_EXIT_MASTER_LOST, "cannot send results: %s",
-                     ch->conn.err);
+                     fb_conn_err(&ch->conn));
     w->stage.len = 0;
     w->last_send_ns = fb_now_ns();
 }
@@ -127,7 +128,7 @@ static void send_staged(struct worker *w, int wait)
 static int output_pending(struct worker *w)
 {
     pthread_mutex_lock(&w->ch->write_mu);
-    int pending = w->ch->conn.out_off < w->ch->conn.out.len;
+    int pending = fb_conn_unsent(&w->ch->conn) > 0;
     pthread_mutex_unlock(&w->ch->write_mu);
     return pending;
 }
@@ -270,14 +271,15 @@ static int run_initializer(struct worker *w, const uint8_t *payload,
 static void wait_input(struct worker *w)
 {
     struct fb_conn *c = &w->ch->conn;
-    size_t before = c->in.len - c->in_off;
+    size_t before = fb_conn_buffered(c);
     unsigned spin_us = w->spin_us ? fb_spin_budget(&w->spin) : 0;
     if (spin_us) {
         uint64_t until = fb_now_ns() + (uint64_t)spin_us * 1000u;
         do {
             if (fb_conn_read(c) != 0)
-                fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", c->err);
-            if (c->in.len - c->in_off != before) {
+                fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s",
+                             fb_conn_err(c));
+            if (fb_conn_buffered(c) != before) {
                 fb_spin_result(&w->spin, 1);
                 return;
             }
@@ -287,15 +289,16 @@ static void wait_input(struct worker *w)
         /* With credit the next task is often in the socket already: one
          * read finds it without a poll first. */
         if (fb_conn_read(c) != 0)
-            fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", c->err);
-        if (c->in.len - c->in_off != before)
+            fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s",
+                         fb_conn_err(c));
+        if (fb_conn_buffered(c) != before)
             return;
     }
     for (;;) {
         short events = POLLIN;
         if (output_pending(w))
             events |= POLLOUT;
-        struct pollfd p = {.fd = c->fd, .events = events};
+        struct pollfd p = {.fd = fb_conn_fd(c), .events = events};
         if (poll(&p, 1, -1) < 0 && errno != EINTR)
             fb_child_die(FB_EXIT_MASTER_LOST, "poll: %s", strerror(errno));
         if (p.revents & POLLOUT)
@@ -304,7 +307,7 @@ static void wait_input(struct worker *w)
             break;
     }
     if (fb_conn_read(c) != 0)
-        fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", c->err);
+        fb_child_die(FB_EXIT_MASTER_LOST, "master gone: %s", fb_conn_err(c));
 }
 
 /* POOL (h, payload): runs the initializer and says READY.  Returns 0, or
@@ -376,7 +379,7 @@ void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
         int rc = fb_conn_next(&ch->conn, &hdr, &p);
         if (rc < 0)
             fb_child_die(FB_EXIT_PROTO, "bad frame from the master: %s",
-                         ch->conn.err);
+                         fb_conn_err(&ch->conn));
         if (rc == 0) {
             worker_idle(&w);
             wait_input(&w);

@@ -30,7 +30,6 @@
 #include "base/common.h"
 #include "base/log.h"
 #include "net/net.h"
-#include "net/secure.h"
 #include "runtime/runtime.h"
 #include "store/object_int.h"
 
@@ -450,7 +449,7 @@ static int pin_for_caller(struct fb_blob *b)
 /* ---- a child: fetching ------------------------------------------------------ */
 
 static pthread_mutex_t fetch_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct fb_conn to_master = {.fd = -1};
+static struct fb_conn to_master; /* zeroed: closed until dialed */
 static uint64_t next_req;
 
 /* Dials addr and proves who we are (HELLO, WELCOME).  Returns 0 or a
@@ -472,14 +471,14 @@ static int dial(struct fb_conn *c, const char *addr, uint64_t deadline)
                              .name_len = (uint8_t)strlen(name)};
     memcpy(h.token, fb_rt_token(), sizeof h.token);
     if (rc == 0)
-        rc = fb_wire_put_hello(&c->out, &h);
+        rc = fb_wire_put_hello(fb_conn_out(c), &h);
     if (rc == 0)
         rc = fb_conn_flush_wait(c, deadline);
     struct fb_wire_hdr hdr;
     const uint8_t *p;
     if (rc == 0 && fb_conn_recv_wait(c, &hdr, &p, deadline) != 1)
         rc = fb_err(FIBER_ECLOSED, "blob server %s closed the connection: %s",
-                    addr, c->err[0] ? c->err : fiber_last_error());
+                    addr, fb_conn_err_or(c, fiber_last_error()));
     else if (rc == 0 && hdr.type != FB_MSG_WELCOME)
         rc = fb_err(FIBER_EAUTH, "blob server %s refused us", addr);
     if (rc)
@@ -489,7 +488,7 @@ static int dial(struct fb_conn *c, const char *addr, uint64_t deadline)
 
 static int master_conn(void)
 {
-    if (to_master.fd >= 0)
+    if (fb_conn_fd(&to_master) >= 0)
         return 0;
     if (!master_addr[0])
         return fb_err(FIBER_EUNREACHABLE, "this process does not know the "
@@ -534,7 +533,7 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t **buf,
 {
     uint64_t id = ++next_req;
     memset(a, 0, sizeof *a);
-    int rc = fb_wire_put_obj_get(&c->out, id, ref);
+    int rc = fb_wire_put_obj_get(fb_conn_out(c), id, ref);
     if (rc == 0)
         rc = fb_conn_flush_wait(c, deadline);
     size_t got = 0;
@@ -544,7 +543,7 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t **buf,
         int r = fb_conn_recv_wait(c, &h, &p, deadline);
         if (r != 1)
             return fb_err(r < 0 ? r : FIBER_ECLOSED, "blob transfer cut: %s",
-                          c->err[0] ? c->err : fiber_last_error());
+                          fb_conn_err_or(c, fiber_last_error()));
         if (h.id != id)
             return fb_err(FIBER_EPROTO, "blob server answered request %llu, "
                           "not %llu", (unsigned long long)h.id,
@@ -597,7 +596,7 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t **buf,
 
 static void tell_master_bad(const uint8_t *ref, const char *addr)
 {
-    if (fb_wire_put_obj_bad(&to_master.out, ref, addr) == 0)
+    if (fb_wire_put_obj_bad(fb_conn_out(&to_master), ref, addr) == 0)
         fb_conn_flush(&to_master);
 }
 
@@ -605,7 +604,8 @@ static void tell_master_bad(const uint8_t *ref, const char *addr)
 static int from_holder(const char *addr, const uint8_t *ref, uint8_t **buf,
                        size_t len)
 {
-    struct fb_conn c = {.fd = -1};
+    struct fb_conn c;
+    fb_conn_init(&c, -1, 0);
     uint64_t deadline = fb_deadline_ms(PEER_TIMEOUT_MS);
     struct answer a;
     int rc = dial(&c, addr, deadline);
@@ -761,7 +761,8 @@ static int fetch_into_cache(const uint8_t *ref)
     /* A mapped copy needs no relay: every process on this host maps the
      * master's file. */
     if (!have && rc == 0 && !mapped && start_relay() == 0 &&
-        fb_wire_put_obj_have(&to_master.out, ref, fb_oserve_address(server),
+        fb_wire_put_obj_have(fb_conn_out(&to_master), ref,
+                             fb_oserve_address(server),
                              from) == 0)
         fb_conn_flush(&to_master);
     pthread_mutex_unlock(&fetch_mu);

@@ -43,7 +43,6 @@
 #include "net/gate.h"
 #include "net/listener.h"
 #include "net/net.h"
-#include "net/secure.h"
 #include "runtime/runtime.h"
 #include "store/object_int.h"
 
@@ -270,7 +269,7 @@ static void redirect(struct fb_sconn *c, struct fb_blob *b,
     c->redir_blob = b;
     fb_blob_pin(b);
     fb_strlcpy(c->redir_addr, h->addr, sizeof c->redir_addr);
-    if (fb_wire_put_obj_from(&c->conn.out, id, h->addr) != 0)
+    if (fb_wire_put_obj_from(fb_conn_out(&c->conn), id, h->addr) != 0)
         c->doomed = 1;
     fb_blobs_note_sent(0, 0, 1);
 }
@@ -333,7 +332,7 @@ static int on_get(struct fb_oserve *s, struct fb_sconn *c,
     struct fb_blob *b = fb_blob_find(ref);
     int rc = 0;
     if (!b || !b->data) {
-        rc = fb_wire_put_obj_none(&c->conn.out, h->id, FIBER_ENOKEY,
+        rc = fb_wire_put_obj_none(fb_conn_out(&c->conn), h->id, FIBER_ENOKEY,
                                   s->directory
                                       ? "no shared object has this ref (it "
                                         "was never put, or was released)"
@@ -342,7 +341,7 @@ static int on_get(struct fb_oserve *s, struct fb_sconn *c,
         rc = queue_xfer(c, b, h->id, 0);
     } else if (b->shm_path[0] && strncmp(s->l.address, "unix:", 5) == 0) {
         /* Same host: map the master's own copy. */
-        rc = fb_wire_put_obj_file(&c->conn.out, h->id, b->shm_path);
+        rc = fb_wire_put_obj_file(fb_conn_out(&c->conn), h->id, b->shm_path);
         fb_blobs_note_map();
     } else if (!place_asker(c, b, h->id)) {
         struct fb_waiter *w = calloc(1, sizeof *w);
@@ -427,7 +426,7 @@ int fb_oserve_frame(struct fb_oserve *s, struct fb_sconn *c,
     case FB_MSG_OBJ_BAD:
         return s->directory ? on_bad(s, c, h, p) : -1;
     case FB_MSG_PING:
-        return fb_wire_put_pong(&c->conn.out, h->id) == 0 ? 0 : -1;
+        return fb_wire_put_pong(fb_conn_out(&c->conn), h->id) == 0 ? 0 : -1;
     }
     return -1;
 }
@@ -438,14 +437,15 @@ int fb_oserve_frame(struct fb_oserve *s, struct fb_sconn *c,
 static void pump_some(struct fb_sconn *c)
 {
     while (c->xq && !c->doomed &&
-           c->conn.out.len - c->conn.out_off < QUEUE_MAX) {
+           fb_conn_unsent(&c->conn) < QUEUE_MAX) {
         struct xfer *x = c->xq;
         size_t n = x->b->len - x->off;
         if (n > PIECE)
             n = PIECE;
-        if (fb_wire_put_obj_data_hdr(&c->conn.out, x->id, x->off,
+        if (fb_wire_put_obj_data_hdr(fb_conn_out(&c->conn), x->id, x->off,
                                      (uint32_t)n) != 0 ||
-            fiber_buf_append(&c->conn.out, x->b->data + x->off, n) != 0) {
+            fiber_buf_append(fb_conn_out(&c->conn), x->b->data + x->off,
+                             n) != 0) {
             c->doomed = 1;
             break;
         }
@@ -493,9 +493,9 @@ static int admit(struct fb_oserve *s, struct fb_sconn *c)
         return -1;
     fb_gate_admit(&s->gate, &c->peer);
     c->authed = 1;
-    c->conn.max_payload = 1u << 16; /* requests are small */
+    fb_conn_set_max_payload(&c->conn, 1u << 16); /* requests are small */
     struct fb_msg_welcome w = {0};
-    fb_wire_put_welcome(&c->conn.out, &w);
+    fb_wire_put_welcome(fb_conn_out(&c->conn), &w);
     return 0;
 }
 
@@ -624,7 +624,7 @@ struct fb_sconn *fb_oserve_adopt(struct fb_oserve *s, int fd)
         return NULL;
     fb_gate_admit(&s->gate, &s->conns->peer);
     s->conns->authed = 1;
-    s->conns->conn.max_payload = 1u << 16;
+    fb_conn_set_max_payload(&s->conns->conn, 1u << 16);
     return s->conns;
 }
 

@@ -85,17 +85,18 @@ static void *door_main(void *arg)
         struct fb_msg_welcome w = {0};
         static const char garbage[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
         switch (a) {
-        case A_WELCOME: fb_wire_put_welcome(&c.out, &w); break;
-        case A_REJECT: fb_wire_put_reject(&c.out, "go away", 7); break;
-        case A_PING: fb_wire_put_ping(&c.out, 3); break;
-        case A_GARBAGE: fiber_buf_append(&c.out, garbage, sizeof garbage - 1); break;
+        case A_WELCOME: fb_wire_put_welcome(fb_conn_out(&c), &w); break;
+        case A_REJECT: fb_wire_put_reject(fb_conn_out(&c), "go away", 7); break;
+        case A_PING: fb_wire_put_ping(fb_conn_out(&c), 3); break;
+        case A_GARBAGE:
+            fiber_buf_append(fb_conn_out(&c), garbage, sizeof garbage - 1);
+            break;
         case A_HANGUP: break;
         }
         fb_conn_flush_wait(&c, fb_deadline_ms(10000));
         int keep = -1;
         if (a == A_WELCOME) {
-            keep = c.fd;
-            c.fd = -1;
+            keep = fb_conn_release_fd(&c);
         }
         fb_conn_close(&c);
         pthread_mutex_lock(&door_mu);
@@ -226,7 +227,7 @@ static void to_client(struct state *st, const void *p, size_t n)
 {
     if (st->srv_shut || n == 0)
         return;
-    size_t sent = fz_send(st->srv.fd, p, n);
+    size_t sent = fz_send(fb_conn_fd(&st->srv), p, n);
     fz_w_bytes(&st->sent, p, sent);
     model_parse(st);
 }
@@ -235,7 +236,7 @@ static void hang_up(struct state *st)
 {
     if (st->srv_shut)
         return;
-    shutdown(st->srv.fd, SHUT_WR);
+    shutdown(fb_conn_fd(&st->srv), SHUT_WR);
     st->srv_shut = 1;
     /* What is buffered but incomplete never completes: the end. */
     model_dead(st);

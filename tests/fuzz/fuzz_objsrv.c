@@ -225,7 +225,7 @@ static void client_send(struct state *st, int i, const void *p, size_t n)
     struct client *c = &st->cl[i];
     if (!c->live || c->shut || n == 0)
         return;
-    size_t sent = fz_send(c->rd.fd, p, n);
+    size_t sent = fz_send(fb_conn_fd(&c->rd), p, n);
     fz_w_bytes(&c->sent, p, sent);
     shadow_parse(st, c);
 }
@@ -416,9 +416,9 @@ static void drain(struct state *st)
             continue;
         int closed = 0;
         for (;;) {
-            size_t had = c->rd.in.len - c->rd.in_off;
+            size_t had = fb_conn_buffered(&c->rd);
             int rc = fb_conn_read(&c->rd);
-            int read_some = c->rd.in.len - c->rd.in_off != had;
+            int read_some = fb_conn_buffered(&c->rd) != had;
             struct fb_wire_hdr h;
             const uint8_t *p;
             int got;
@@ -438,7 +438,7 @@ static void drain(struct state *st)
                 take_reply(st, c, &h, p);
             }
             FZ_REQUIRE(got == 0, "server sent a malformed frame: %s",
-                       c->rd.err);
+                       fb_conn_err(&c->rd));
             if (rc == FIBER_ECLOSED || rc == FIBER_ESYS) {
                 closed = 1;
                 break;
@@ -592,7 +592,7 @@ static void cmd_check(struct state *st)
         uint64_t id = c->next_id++;
         fb_wire_put_ocall(&b, id, Q_SIZE, obj, 0, NULL, 0);
         /* Registered by hand, marked as a check, not by the shadow. */
-        size_t sent = fz_send(c->rd.fd, b.data, b.len);
+        size_t sent = fz_send(fb_conn_fd(&c->rd), b.data, b.len);
         FZ_REQUIRE(sent == b.len, "socket full");
         fz_w_bytes(&c->sent, b.data, b.len);
         c->parsed += b.len;
@@ -635,7 +635,7 @@ static void run_command(struct state *st, struct fz_in *in)
     case 7:
         i = fz_u8(in) % N_CLIENTS;
         if (st->cl[i].live && !st->cl[i].shut) {
-            shutdown(st->cl[i].rd.fd, SHUT_WR);
+            shutdown(fb_conn_fd(&st->cl[i].rd), SHUT_WR);
             st->cl[i].shut = 1;
         }
         break;

@@ -253,9 +253,9 @@ static void read_worker(struct state *st, struct hworker *h)
     if (!h->connected || h->closed)
         return;
     for (;;) {
-        size_t had = h->conn.in.len - h->conn.in_off;
+        size_t had = fb_conn_buffered(&h->conn);
         int rc = fb_conn_read(&h->conn);
-        int read_some = h->conn.in.len - h->conn.in_off != had;
+        int read_some = fb_conn_buffered(&h->conn) != had;
         struct fb_wire_hdr hd;
         const uint8_t *p;
         int got;
@@ -306,7 +306,7 @@ static void read_worker(struct state *st, struct hworker *h)
             }
         }
         FZ_REQUIRE(got == 0, "the pool sent a malformed frame: %s",
-                   h->conn.err);
+                   fb_conn_err(&h->conn));
         if (rc != 0) { /* the pool dropped it */
             h->closed = 1;
             h->n_chunks = 0;
@@ -333,8 +333,7 @@ static void add_worker(struct state *st)
     if (st->n_hw == MAX_WORKERS)
         return;
     struct hworker *h = &st->hw[st->n_hw++];
-    memset(h, 0, sizeof *h);
-    h->conn.fd = -1;
+    memset(h, 0, sizeof *h); /* h->conn: zeroed, a closed conn */
     struct fb_worker *w = calloc(1, sizeof *w);
     struct fb_jobrec *j = calloc(1, sizeof *j);
     FZ_REQUIRE(w && j, "out of memory");
@@ -344,11 +343,9 @@ static void add_worker(struct state *st)
     j->owner = w;
     j->pid = -1;
     j->event_fd = -1;
-    j->conn.fd = -1;
     w->pool = p;
     w->job = j;
     w->state = W_STARTING;
-    w->conn.fd = -1;
     pthread_mutex_lock(&p->mu);
     if (p->n_workers == p->cap_workers) {
         p->cap_workers = p->cap_workers ? 2 * p->cap_workers : 4;
@@ -376,12 +373,11 @@ static void connect_worker(struct state *st, struct hworker *h)
     fz_socketpair(sv);
     fb_conn_init(&h->j->conn, sv[0], fb_rt_config()->max_message_bytes);
     struct fb_msg_welcome wm = {0};
-    fb_wire_put_welcome(&h->j->conn.out, &wm);
+    fb_wire_put_welcome(fb_conn_out(&h->j->conn), &wm);
     h->j->connected = 1;
     fb_pool_worker_ops.connected(h->j);
     h->j->connected = 0; /* the pool took the connection */
-    memset(&h->j->conn, 0, sizeof h->j->conn);
-    h->j->conn.fd = -1;
+    memset(&h->j->conn, 0, sizeof h->j->conn); /* moved: closed */
     fb_conn_init(&h->conn, sv[1], 1u << 30);
     /* Our end reads WELCOME first, as a child's handshake does. */
     h->connected = 1;
@@ -410,7 +406,7 @@ static void send_worker(struct state *st, struct hworker *h, const void *b,
 {
     if (!h->connected || h->closed || n == 0)
         return;
-    fz_send(h->conn.fd, b, n);
+    fz_send(fb_conn_fd(&h->conn), b, n);
     st->poked = 1;
 }
 

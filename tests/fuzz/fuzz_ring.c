@@ -288,8 +288,8 @@ static int read_hello(int fd, uint64_t nonce)
              fb_wire_get_hello(p, h.len, &m, NULL, 0) == 0 &&
              m.job_id == nonce && m.name_len == 6 &&
              !memcmp(m.name, "ring-0", 6) &&
-             c.in_off == c.in.len;
-    c.fd = -1; /* the descriptor stays ours */
+             fb_conn_buffered(&c) == 0;
+    fb_conn_release_fd(&c); /* the descriptor stays ours */
     fb_conn_close(&c);
     return ok;
 }

@@ -117,10 +117,10 @@ static void drain(struct state *st)
     for (;;) {
         /* The worker may have left output it could not write at once. */
         fb_conn_flush(&st->ch.conn);
-        size_t had = st->peer.in.len - st->peer.in_off;
+        size_t had = fb_conn_buffered(&st->peer);
         int rc = fb_conn_read(&st->peer);
-        FZ_REQUIRE(rc == 0, "the worker's socket: %s", st->peer.err);
-        int read_some = st->peer.in.len - st->peer.in_off != had;
+        FZ_REQUIRE(rc == 0, "the worker's socket: %s", fb_conn_err(&st->peer));
+        int read_some = fb_conn_buffered(&st->peer) != had;
         struct fb_wire_hdr h;
         const uint8_t *p;
         int got;
@@ -162,8 +162,8 @@ static void drain(struct state *st)
                 st->first_open++;
         }
         FZ_REQUIRE(got == 0, "the worker sent a malformed frame: %s",
-                   st->peer.err);
-        if (!read_some && st->ch.conn.out_off == st->ch.conn.out.len)
+                   fb_conn_err(&st->peer));
+        if (!read_some && fb_conn_unsent(&st->ch.conn) == 0)
             return;
     }
 }
@@ -175,7 +175,15 @@ static void feed(struct state *st, const void *b, size_t n)
     if (st->over || n == 0)
         return;
     struct fb_conn *c = &st->ch.conn;
-    fz_w_bytes(&c->in, b, n);
+    while (n > 0) { /* into its input, as fb_conn_read would */
+        size_t room = fb_conn_in_room(c), k = n < room ? n : room;
+        if (k == 0)
+            abort();
+        memcpy(fb_conn_in_tail(c), b, k);
+        fb_conn_in_grew(c, k);
+        b = (const uint8_t *)b + k;
+        n -= k;
+    }
     for (;;) {
         struct fb_wire_hdr h;
         const uint8_t *p;
@@ -294,7 +302,7 @@ static void run_command(struct state *st, struct fz_in *in)
         const uint8_t *b = fz_bytes(in, fz_u8(in), &n);
         /* Raw bytes could complete a frame the books do not know of, so
          * they go only where a frame starts and must be refused. */
-        if (n >= 4 && !st->over && st->ch.conn.in.len == st->ch.conn.in_off &&
+        if (n >= 4 && !st->over && fb_conn_buffered(&st->ch.conn) == 0 &&
             (b[0] != 0xbe || b[1] != 0xf1))
             feed(st, b, n);
         break;

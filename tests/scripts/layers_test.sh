@@ -20,14 +20,23 @@ printf '#include "runtime/runtime.h"\n' >"$tmp/src/net/up.c"
 printf 'const char *b = "slurm";\n' >"$tmp/src/runtime/name.c"
 printf '#include "backend/slurm/slurm.h"\n' >"$tmp/src/pool/reach.c"
 printf '#include "runtime/runtime.h"\n' >"$tmp/src/backend/slurm/rt.c"
+printf '#include "net/conn_int.h"\n' >"$tmp/src/net/own.c"
+printf '#include "net/conn_int.h"\n' >"$tmp/src/pool/peek.c"
+mkdir -p "$tmp/tests/unit"
+printf '#include "net/conn_int.h"\n' >"$tmp/tests/unit/peek.c"
 out=$(python3 "$top/scripts/check-layers.py" "$tmp")
 rc=$?
 [ $rc -eq 1 ] || { echo "FAIL exit status $rc, not 1"; failed=1; }
 for want in 'src/net/up.c:1: #include "runtime/runtime.h": net/ (layer 2)' \
             'src/runtime/name.c:1: a backend'"'"'s name outside backend/: "slurm"' \
             'src/pool/reach.c:1: #include "backend/slurm/slurm.h": names backend slurm' \
-            'src/backend/slurm/rt.c:1: #include "runtime/runtime.h": a backend takes'; do
+            'src/backend/slurm/rt.c:1: #include "runtime/runtime.h": a backend takes' \
+            'src/pool/peek.c:1: #include "net/conn_int.h": private to src/net/' \
+            'tests/unit/peek.c:1: #include "net/conn_int.h": private to src/net/'; do
     if echo "$out" | grep -qF "$want"; then echo "ok   $want"
     else echo "FAIL not reported: $want"; failed=1; fi
 done
+if echo "$out" | grep -q '^src/net/own.c'; then
+    echo "FAIL net/'s own file reported for its private header"; failed=1
+fi
 [ $failed -eq 0 ] || { echo "$out"; exit 1; }

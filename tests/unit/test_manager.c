@@ -1134,13 +1134,13 @@ TEST(hostile_bytes_on_the_manager_socket)
                              .name = "intruder",
                              .name_len = 8};
     memset(h.token, 0x5a, sizeof h.token);
-    CHECK_OK(fb_wire_put_hello(&c.out, &h));
+    CHECK_OK(fb_wire_put_hello(fb_conn_out(&c), &h));
     CHECK_OK(fb_conn_flush_wait(&c, fb_deadline_ms(5000)));
     struct fb_wire_hdr hdr;
     const uint8_t *p;
     CHECK_EQ(fb_conn_recv_wait(&c, &hdr, &p, fb_deadline_ms(5000)), 1);
     CHECK_EQ(hdr.type, FB_MSG_REJECT);
-    CHECK(dropped(c.fd));
+    CHECK(dropped(fb_conn_fd(&c)));
     fb_conn_close(&c);
     /* The manager still serves, here and in a child. */
     fiber_mobj *v, *d, *l;

@@ -462,8 +462,8 @@ TEST(blob_server_refuses_a_peer_with_the_wrong_token)
                              .build_id_len = (uint8_t)strlen(bid),
                              .name = "intruder", .name_len = 8};
     memset(h.token, 0x41, sizeof h.token);
-    CHECK_OK(fb_wire_put_hello(&c.out, &h));
-    CHECK_OK(fb_wire_put_obj_get(&c.out, 1, r.bytes));
+    CHECK_OK(fb_wire_put_hello(fb_conn_out(&c), &h));
+    CHECK_OK(fb_wire_put_obj_get(fb_conn_out(&c), 1, r.bytes));
     CHECK_OK(fb_conn_flush_wait(&c, fb_deadline_ms(5000)));
     struct fb_wire_hdr hd;
     const uint8_t *p;

@@ -480,7 +480,7 @@ static void *intrude(void *arg)
     memcpy(h.token, fb_rt_token(), sizeof h.token);
     h.token[0] ^= 1;
     in->result = 3;
-    if (fb_wire_put_hello(&c.out, &h) != 0 ||
+    if (fb_wire_put_hello(fb_conn_out(&c), &h) != 0 ||
         fb_conn_flush_wait(&c, fb_deadline_ms(10000)) != 0)
         goto close;
     struct fb_wire_hdr hd;

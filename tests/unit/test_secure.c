@@ -87,14 +87,14 @@ static void transfer(struct fb_conn *from, struct fb_conn *to, fiber_buf *got,
         CHECK(fb_conn_read(from) >= 0);
         int rc = fb_conn_read(to);
         if (rc != 0)
-            TH_FAIL("read: %s: %s", fiber_errname(rc), to->err);
+            TH_FAIL("read: %s: %s", fiber_errname(rc), fb_conn_err(to));
         struct fb_wire_hdr h;
         const uint8_t *p;
         int got_one;
         while ((got_one = fb_conn_next(to, &h, &p)) == 1)
             append_frame(got, &h, p);
         if (got_one < 0)
-            TH_FAIL("next: %s", to->err);
+            TH_FAIL("next: %s", fb_conn_err(to));
     }
     CHECK_EQ(got->len, want);
 }
@@ -124,15 +124,18 @@ TEST(handshake_and_frames_round_trip)
     /* Both ways, several times, so that records keep counting. */
     for (int round = 0; round < 3; round++) {
         fiber_buf got = {0};
-        put_frames(&a.out, (size_t)(3u << 20) + (size_t)round * 777, NULL);
+        put_frames(fb_conn_out(&a), (size_t)(3u << 20) + (size_t)round * 777,
+                   NULL);
         fiber_buf want = {0};
-        CHECK_OK(fiber_buf_append(&want, a.out.data, a.out.len));
+        CHECK_OK(fiber_buf_append(&want, fb_conn_out(&a)->data,
+                                  fb_conn_out(&a)->len));
         transfer(&a, &b, &got, want.len);
         CHECK(memcmp(got.data, want.data, want.len) == 0);
         fiber_buf_free(&got);
         fiber_buf_free(&want);
-        put_frames(&b.out, 1000 + (size_t)round, NULL);
-        CHECK_OK(fiber_buf_append(&want, b.out.data, b.out.len));
+        put_frames(fb_conn_out(&b), 1000 + (size_t)round, NULL);
+        CHECK_OK(fiber_buf_append(&want, fb_conn_out(&b)->data,
+                                  fb_conn_out(&b)->len));
         transfer(&b, &a, &got, want.len);
         CHECK(memcmp(got.data, want.data, want.len) == 0);
         fiber_buf_free(&got);
@@ -234,7 +237,7 @@ static void seal_pings(struct relay *r, int n, fiber_buf *recs, size_t *offs)
 {
     offs[0] = 0;
     for (int i = 0; i < n; i++) {
-        CHECK_OK(fb_wire_put_ping(&r->a.out, (uint64_t)i + 1));
+        CHECK_OK(fb_wire_put_ping(fb_conn_out(&r->a), (uint64_t)i + 1));
         CHECK_OK(fb_conn_flush_wait(&r->a, fb_deadline_ms(5000)));
         drain(r->m_a, recs);
         offs[i + 1] = recs->len;
@@ -267,9 +270,10 @@ TEST(wire_bytes_are_not_plaintext)
         relay_open(&r, encrypted ? key : NULL, encrypted ? key : NULL);
         if (encrypted)
             relay_handshakes(&r);
-        put_frames(&r.a.out, 5000, marker);
+        put_frames(fb_conn_out(&r.a), 5000, marker);
         fiber_buf want = {0}, wire = {0}, got = {0};
-        CHECK_OK(fiber_buf_append(&want, r.a.out.data, r.a.out.len));
+        CHECK_OK(fiber_buf_append(&want, fb_conn_out(&r.a)->data,
+                                  fb_conn_out(&r.a)->len));
         CHECK_OK(fb_conn_flush_wait(&r.a, fb_deadline_ms(5000)));
         drain(r.m_a, &wire);
         int seen = memmem(wire.data, wire.len, marker, strlen(marker)) != NULL;
@@ -302,7 +306,7 @@ TEST(a_tampered_byte_fails_the_stream)
     CHECK_ERR(feed_b(&r, recs.data + offs[1], offs[2] - offs[1], ids, &n),
               FIBER_EPROTO);
     CHECK_EQ(n, 1);
-    CHECK_CONTAINS(r.b.err, "decryption failed");
+    CHECK_CONTAINS(fb_conn_err(&r.b), "decryption failed");
     /* The stream stays failed. */
     struct fb_wire_hdr h;
     const uint8_t *p;
@@ -341,7 +345,7 @@ TEST(replayed_reordered_or_dropped_records_fail)
             rc = feed_b(&r, rec3, len3, ids, &n);
         }
         CHECK_ERR(rc, FIBER_EPROTO);
-        CHECK_CONTAINS(r.b.err, "decryption failed");
+        CHECK_CONTAINS(fb_conn_err(&r.b), "decryption failed");
         CHECK_EQ(n, 1);
         CHECK_EQ(ids[0], 1);
         fiber_buf_free(&recs);
@@ -356,12 +360,12 @@ TEST(a_peer_with_another_token_fails_cleanly)
     random_key(key_b);
     struct fb_conn a, b;
     conn_pair(&a, &b, key_a, key_b);
-    CHECK_OK(fb_wire_put_ping(&a.out, 1));
+    CHECK_OK(fb_wire_put_ping(fb_conn_out(&a), 1));
     CHECK_OK(fb_conn_flush(&b));
     CHECK_OK(fb_conn_flush_wait(&a, fb_deadline_ms(5000)));
     sleep_ms(20);
     CHECK_ERR(fb_conn_read(&b), FIBER_EPROTO);
-    CHECK_CONTAINS(b.err, "does not hold the run's key");
+    CHECK_CONTAINS(fb_conn_err(&b), "does not hold the run's key");
     struct fb_wire_hdr h;
     const uint8_t *p;
     CHECK_ERR(fb_conn_next(&b, &h, &p), FIBER_EPROTO);
@@ -378,24 +382,24 @@ TEST(plaintext_and_encrypted_ends_say_what_is_wrong)
     random_key(key);
     struct fb_conn a, b;
     conn_pair(&a, &b, NULL, key); /* a plaintext dialer, an encrypted server */
-    CHECK_OK(fb_wire_put_ping(&a.out, 1));
+    CHECK_OK(fb_wire_put_ping(fb_conn_out(&a), 1));
     CHECK_OK(fb_conn_flush(&a));
     sleep_ms(20);
     CHECK_ERR(fb_conn_read(&b), FIBER_EPROTO);
-    CHECK_CONTAINS(b.err, "unencrypted fiber frame");
+    CHECK_CONTAINS(fb_conn_err(&b), "unencrypted fiber frame");
     struct fb_wire_hdr h;
     const uint8_t *p;
     CHECK_ERR(fb_conn_recv_wait(&a, &h, &p, fb_deadline_ms(5000)),
               FIBER_EPROTO);
-    CHECK_CONTAINS(a.err, "the peer encrypts its traffic");
+    CHECK_CONTAINS(fb_conn_err(&a), "the peer encrypts its traffic");
     fb_conn_close(&a);
     fb_conn_close(&b);
     /* An encrypted dialer whose peer says nothing and closes. */
     conn_pair(&a, &b, key, NULL);
-    CHECK_OK(fb_wire_put_ping(&a.out, 1));
+    CHECK_OK(fb_wire_put_ping(fb_conn_out(&a), 1));
     fb_conn_close(&b);
     CHECK_ERR(fb_conn_flush_wait(&a, fb_deadline_ms(5000)), FIBER_ECLOSED);
-    CHECK_CONTAINS(a.err, "during the encryption handshake");
+    CHECK_CONTAINS(fb_conn_err(&a), "during the encryption handshake");
     fb_conn_close(&a);
 }
 
@@ -440,9 +444,9 @@ TEST(record_length_claims_are_checked_before_anything_is_stored)
     long vm0 = vm_kib("VmSize");
     CHECK_ERR(fb_conn_read(&b), FIBER_EPROTO);
     long vm1 = vm_kib("VmSize");
-    CHECK_CONTAINS(b.err, "1073741824 bytes is outside the limits");
+    CHECK_CONTAINS(fb_conn_err(&b), "1073741824 bytes is outside the limits");
     CHECK(vm1 - vm0 < 64 * 1024); /* no 1 GiB buffer was reserved */
-    CHECK(b.in.cap <= 65536);
+    CHECK(fb_conn_in_capacity(&b) <= 65536);
     fb_conn_close(&b);
     close(sv[0]);
     /* A first record may carry a HELLO, no more: 1 KiB and a header. */
@@ -453,7 +457,7 @@ TEST(record_length_claims_are_checked_before_anything_is_stored)
     memcpy(msg + 36, &over, 4);
     send_all(sv[0], msg, sizeof msg);
     CHECK_ERR(fb_conn_read(&b), FIBER_EPROTO);
-    CHECK_CONTAINS(b.err, "outside the limits");
+    CHECK_CONTAINS(fb_conn_err(&b), "outside the limits");
     fb_conn_close(&b);
     close(sv[0]);
 }
@@ -468,8 +472,8 @@ TEST(byte_streams_round_trip)
         struct fb_conn a, b;
         conn_pair(&a, &b, encrypted ? key : NULL, encrypted ? key : NULL);
         /* HELLOs first, as the ring does. */
-        CHECK_OK(fb_wire_put_ping(&a.out, 1));
-        CHECK_OK(fb_wire_put_ping(&b.out, 2));
+        CHECK_OK(fb_wire_put_ping(fb_conn_out(&a), 1));
+        CHECK_OK(fb_wire_put_ping(fb_conn_out(&b), 2));
         fiber_buf got = {0};
         transfer(&a, &b, &got, FB_WIRE_HDR_LEN);
         got.len = 0;
@@ -516,11 +520,13 @@ TEST(write_now_sends_queued_output_then_more_frames)
     struct fb_conn a, b;
     conn_pair(&a, &b, key, key);
     fiber_buf got = {0}, want = {0}, extra = {0};
-    CHECK_OK(fb_wire_put_ping(&a.out, 1)); /* handshake done by a PING */
+    /* The handshake is done by a PING. */
+    CHECK_OK(fb_wire_put_ping(fb_conn_out(&a), 1));
     transfer(&a, &b, &got, FB_WIRE_HDR_LEN);
     got.len = 0;
-    put_frames(&a.out, 70000, NULL); /* queued, never flushed */
-    CHECK_OK(fiber_buf_append(&want, a.out.data, a.out.len));
+    put_frames(fb_conn_out(&a), 70000, NULL); /* queued, never flushed */
+    CHECK_OK(fiber_buf_append(&want, fb_conn_out(&a)->data,
+                                  fb_conn_out(&a)->len));
     put_frames(&extra, 100, NULL);
     CHECK_OK(fiber_buf_append(&want, extra.data, extra.len));
     fb_conn_write_now(&a, extra.data, extra.len);

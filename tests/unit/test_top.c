@@ -505,9 +505,9 @@ TEST(a_peer_without_the_token_gets_no_snapshot)
             struct fb_msg_hello h = {.build_id = "ab", .build_id_len = 2,
                                      .job_id = 0, .pid = 1, .name = "x",
                                      .name_len = 1};
-            CHECK_OK(fb_wire_put_hello(&c.out, &h));
+            CHECK_OK(fb_wire_put_hello(fb_conn_out(&c), &h));
         }
-        CHECK_OK(fb_wire_put_empty(&c.out, FB_MSG_STATS, 1));
+        CHECK_OK(fb_wire_put_empty(fb_conn_out(&c), FB_MSG_STATS, 1));
         CHECK_OK(fb_conn_flush_wait(&c, fb_deadline_ms(5000)));
         int rejects = 0, snapshots = 0;
         for (;;) {
