@@ -51,7 +51,11 @@ def _worker(env_fn, conn):
                                                      None)))
     ended = False            # the last step ended an episode: reset next
     while True:
-        cmd, arg = conn.recv()
+        try:
+            cmd, arg = conn.recv()
+        except _DEAD:       # the master went away or dropped the vector
+            env.close()
+            return
         try:
             if cmd == "step":
                 if ended:
