@@ -25,6 +25,7 @@ import threading
 
 MSG_MAX = 256 * 1024
 ROOM_VAR = b"FIBER_FORKSERVER_ROOM="
+ARG_ROOM = b"--fiber-job=forkserver"
 
 
 class _Server:
@@ -34,6 +35,7 @@ class _Server:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.master_fd = -1
         self.room = None        # (address, size) of the environment's room
+        self.arg_room = None    # and of the command line's
 
     def send(self, *fields, fds=()):
         data = b"".join(f + b"\0" for f in fields)
@@ -139,7 +141,7 @@ class _Server:
             for key in ("FIBER_PY_SYSPATH", "FIBER_PY_MAIN_MODULE",
                         "FIBER_PY_MAIN_PATH"):
                 os.environ.pop(key, None)   # step 1 is done
-            self.show_identity(env)
+            self.show_identity(name, env)
             _reseed()
             from . import _bootstrap
             _bootstrap.run_job(name)
@@ -181,38 +183,46 @@ class _Server:
                 os.close(fd)
         fds[:] = []
 
-    def find_room(self):
-        """Where the room in our initial environment block is, which a
-        job overwrites with its identity for `fiber ps` (it reads
-        /proc/<pid>/environ, which shows that block, not os.environ)."""
+    def find_rooms(self):
+        """Where the rooms in our initial argument and environment blocks
+        are, which a job overwrites with its identity: `fiber ps` reads
+        /proc/<pid>/environ (that block, not os.environ), and ps shows
+        "--fiber-job=<name>" in a job's command line."""
         try:
             with open("/proc/self/stat", "rb") as f:
                 stat = f.read()
             rest = stat[stat.rindex(b")") + 2:].split()
-            env_start = int(rest[47])       # field 50 of proc(5)
-            with open("/proc/self/environ", "rb") as f:
-                block = f.read()
-            at = block.index(b"\0" + ROOM_VAR) + 1
-            size = block.index(b"\0", at) - at
-            self.room = (env_start + at, size)
+            arg_start = int(rest[45])       # fields 48 and 50 of proc(5)
+            env_start = int(rest[47])
+            self.arg_room = _room(arg_start, "/proc/self/cmdline",
+                                  ARG_ROOM)
+            self.room = _room(env_start, "/proc/self/environ", ROOM_VAR)
         except (OSError, ValueError, IndexError):
-            self.room = None
+            self.room = self.arg_room = None
 
-    def show_identity(self, env):
-        if not self.room:
-            return
-        address, size = self.room
+    def show_identity(self, name, env):
         ident = b"".join(e + b"\0" for e in env
                          if e.startswith(b"FIBER_BOOT_")
                          and not e.startswith(b"FIBER_BOOT_SECRET"))
-        if len(ident) > size:
-            return
+        flag = b"--fiber-job=" + os.fsencode(name) + b"\0"
         try:
             with open("/proc/self/mem", "r+b", buffering=0) as mem:
-                mem.seek(address)
-                mem.write(ident.ljust(size, b"\0"))
+                for room, text in ((self.room, ident),
+                                   (self.arg_room, flag)):
+                    if room and len(text) <= room[1]:
+                        mem.seek(room[0])
+                        mem.write(text.ljust(room[1], b"\0"))
         except OSError:
             pass
+
+
+def _room(start, path, prefix):
+    """(address, size) of the entry of the block at start (shown in path)
+    that begins with prefix."""
+    with open(path, "rb") as f:
+        block = f.read()
+    at = block.index(b"\0" + prefix) + 1
+    return start + at, block.index(b"\0", at) - at
 
 
 def _reseed():
@@ -259,7 +269,7 @@ def main():
     for key in ("FIBER_BOOT_RUN", "FIBER_BOOT_ADDR", "FIBER_BOOT_NAME",
                 "FIBER_FORKSERVER_ROOM"):
         os.environ.pop(key, None)
-    server.find_room()
+    server.find_rooms()
     try:
         server.master_fd = os.pidfd_open(os.getppid())
     except OSError:

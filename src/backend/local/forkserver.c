@@ -59,6 +59,8 @@
  * rewrites with its own FIBER_BOOT_* variables, so that `fiber ps` (which
  * reads /proc/<pid>/environ) finds the job under its name. */
 #define ENV_ROOM 2048
+/* Room for "--fiber-job=<name>" (names are at most 63 bytes). */
+#define ARG_ROOM 80
 
 struct srv_msg {
     char text[1024];
@@ -235,6 +237,21 @@ static int server_spawn(struct fb_forksrv *fs, const struct fb_job_spec *spec,
     char **env = server_env(spec, fd_var, name_var, room_var);
     if (!env)
         return fb_err(FIBER_ENOMEM, "out of memory");
+    /* Its argv, then "--fiber-job=forkserver" padded with spaces: the room
+     * in which each forked job writes "--fiber-job=<its name>", which is
+     * how a spawned job shows in ps (and /proc/<pid>/cmdline). */
+    char *argv[40];
+    size_t argc = 0;
+    while (spec->forkserver_argv[argc] && argc < 38) {
+        argv[argc] = spec->forkserver_argv[argc];
+        argc++;
+    }
+    char flag[ARG_ROOM + 1];
+    memset(flag, ' ', ARG_ROOM);
+    memcpy(flag, "--fiber-job=" SERVER_NAME, 22);
+    flag[ARG_ROOM] = '\0';
+    argv[argc++] = flag;
+    argv[argc] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&fa);
@@ -244,7 +261,7 @@ static int server_spawn(struct fb_forksrv *fs, const struct fb_job_spec *spec,
         posix_spawn_file_actions_addclosefrom_np(&fa, 4) == 0 &&
         fb_local_spawn_attr(&attr) == 0)
         err = posix_spawn(&fs->pid, spec->forkserver_argv[0], &fa, &attr,
-                          spec->forkserver_argv, env);
+                          argv, env);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     free(env);

@@ -289,6 +289,11 @@ static int status_to_exit(int status)
     return 255;
 }
 
+/* How long poll_job waits for the fork server's report of a forked job
+ * whose pidfd says it has ended (the report follows within moments; a
+ * loaded machine may delay the server a little). */
+#define FORK_REPORT_WAIT_MS 3000
+
 /* Has the process behind pidfd ended?  (Not our child: no waitpid.) */
 static int pidfd_ended(int pidfd, int timeout_ms)
 {
@@ -329,7 +334,7 @@ static int poll_forked(struct fb_backend *be, struct fb_job *job, int wait_ms)
 static int local_poll_job(struct fb_backend *be, struct fb_job *job)
 {
     if (((struct local_job *)job->priv)->forked)
-        return poll_forked(be, job, 1000);
+        return poll_forked(be, job, FORK_REPORT_WAIT_MS);
     int status;
     pid_t r = waitpid((pid_t)job->pid, &status, WNOHANG);
     if (r == 0)
@@ -377,7 +382,7 @@ static void local_release_job(struct fb_backend *be, struct fb_job *job)
     if (job->state != FB_JOB_EXITED && lj->forked) {
         local_signal_job(be, job, 1);
         pidfd_ended(lj->pidfd, 5000); /* SIGKILL: moments */
-        poll_forked(be, job, 1000);
+        poll_forked(be, job, FORK_REPORT_WAIT_MS);
         if (job->state != FB_JOB_EXITED)
             fb_job_exited(job, -SIGKILL);
     } else if (job->state != FB_JOB_EXITED && job->pid > 0) {
