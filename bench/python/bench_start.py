@@ -98,6 +98,9 @@ def main():
     ap.add_argument("--workers", default="32,128,256")
     ap.add_argument("--modes", default="fiber,mp-fork,mp-spawn")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--settle", type=float, default=5,
+                    help="seconds to wait between measurements, for the "
+                    "last one's processes to end")
     ap.add_argument("--one", nargs=2, metavar=("MODE", "N"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -116,6 +119,7 @@ def main():
     for n in sizes:
         for m in modes:
             fig[m][n] = run_one(m, n, a.timeout)
+            time.sleep(a.settle)
         row = "  N=%-4d " % n + "  ".join(
             "%s %s" % (m, "-" if fig[m][n] is None else "%.2f" % fig[m][n])
             for m in modes)

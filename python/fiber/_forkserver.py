@@ -142,6 +142,12 @@ class _Server:
                         "FIBER_PY_MAIN_PATH"):
                 os.environ.pop(key, None)   # step 1 is done
             self.show_identity(name, env)
+            if sys.argv[-1:] and sys.argv[-1].startswith(
+                    "--fiber-job=forkserver"):
+                # A main module run with -m keeps argv: show the job's,
+                # as a spawned job's bootstrap has it.
+                from . import _bootstrap
+                sys.argv[:] = [_bootstrap.__file__, "--fiber-job=" + name]
             _reseed()
             from . import _bootstrap
             _bootstrap.run_job(name)

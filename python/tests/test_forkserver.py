@@ -228,7 +228,10 @@ if __name__ == "__main__":
     while time.time() < deadline:
         out = subprocess.run([sys.argv[1], "ps", fiber.run_id()],
                              capture_output=True, text=True).stdout
-        if all("pid %d" % p.pid in out for p in ps):
+        # A job shows the fork server's name for the moment between its
+        # fork and the rewrite of its identity.
+        if all(("%s " % p.name) in out and "pid %d" % p.pid in out
+               for p in ps):
             break
         time.sleep(0.2)
     for p in ps:

@@ -396,9 +396,10 @@ static int send_start(struct fb_forksrv *fs, const char *buf, size_t len,
 /* Waits for the answer to job's start.  Returns 0 with *pid and *pidfd,
  * FIBER_ESPAWN when the server says the job cannot start, or
  * FB_FORKSRV_SPAWN when the server broke. */
-static int await_started(struct fb_forksrv *fs, uint64_t job, int timeout_ms,
-                         pid_t *pid, int *pidfd)
+static int await_started(struct fb_forksrv *fs, const struct fb_job_spec *spec,
+                         int timeout_ms, pid_t *pid, int *pidfd)
 {
+    uint64_t job = spec->job_id;
     struct srv_msg m;
     int r = srv_next(fs, timeout_ms, &m);
     if (r == 0)
@@ -413,8 +414,8 @@ static int await_started(struct fb_forksrv *fs, uint64_t job, int timeout_ms,
     }
     msg_close_fds(&m);
     if (ok && strcmp(m.field[0], "failed") == 0)
-        return fb_err(FIBER_ESPAWN, "cannot start job %llu: %s",
-                      (unsigned long long)job, m.field[2]);
+        return fb_err(FIBER_ESPAWN, "cannot start job '%s': %s", spec->name,
+                      m.field[2]);
     srv_break(fs, "answered a start with an unexpected message");
     return FB_FORKSRV_SPAWN;
 }
@@ -438,7 +439,7 @@ int fb_forksrv_fork(struct fb_forksrv *fs, const struct fb_job_spec *spec,
     else if (send_start(fs, buf, len, secret_fd) != 0)
         srv_break(fs, errno == EPIPE ? "ended" : "could not be written to");
     else
-        rc = await_started(fs, spec->job_id, timeout_ms, pid, pidfd);
+        rc = await_started(fs, spec, timeout_ms, pid, pidfd);
     free(buf);
     return rc;
 }
