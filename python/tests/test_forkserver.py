@@ -314,3 +314,45 @@ print("OK")
     assert v["ran"] == "True"
     assert "cannot serve: cannot import the program's main module" in \
         r.stderr, r.stderr
+
+
+def test_jobs_and_the_fork_server_end_when_the_master_is_killed(tmp_path):
+    """SIGKILL the master: its forked jobs (watching their connection)
+    and its fork server (watching the master's pidfd) are gone within
+    seconds, leaving no orphans."""
+    import time
+    prog = tmp_path / "prog.py"
+    prog.write_text(PRELUDE + '''
+if __name__ == "__main__":
+    ps = [fiber.Process(target=sleep_long) for _ in range(3)]
+    for p in ps:
+        p.start()
+    pid, server = first_parent()
+    print(" ".join(str(x) for x in [server] + [p.pid for p in ps]),
+          flush=True)
+    time.sleep(60)
+''')
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [conftest.PKG, conftest.HERE] +
+        [p for p in [env.get("PYTHONPATH")] if p])
+    master = subprocess.Popen([sys.executable, str(prog)], cwd=str(tmp_path),
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in master.stdout.readline().split()]
+    finally:
+        master.kill()
+        master.wait(30)
+    assert len(pids) == 4, pids
+
+    def alive(pid):
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.time() + 20
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)]
