@@ -154,7 +154,9 @@ static int srv_read(struct fb_forksrv *fs, int timeout_ms, struct srv_msg *m)
     if (n <= 0 || (h.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
         msg_parse(m, (size_t)n) != 0) {
         msg_close_fds(m);
-        srv_break(fs, n == 0 ? "ended" : "sent a malformed message");
+        srv_break(fs, n == 0  ? "ended"
+                      : n < 0 ? "could not be read from"
+                              : "sent a malformed message");
         return -1;
     }
     return 1;
