@@ -252,6 +252,29 @@ FIBER_API const char *fiber_version(void);
 FIBER_API int fiber_job_command_set(const char *const *argv,
                                     const char *const *env);
 
+/* Names a fork server for the job command: a program that prepares an
+ * interpreter once (the Python package's `python3 -m fiber._forkserver`
+ * imports the master's main module) and then forks each job from it, so
+ * a job starts in milliseconds instead of paying the interpreter's start
+ * and imports again.  Only the local backend uses it, and only while the
+ * configuration's fork_server is on (the default); other backends, and C
+ * programs without a job command, start every job as before.
+ *
+ * The local backend starts the server lazily, with the first job, with
+ * the job command's environment and the descriptor of a SOCK_SEQPACKET
+ * socket in FIBER_FORKSERVER_FD, and speaks to it in one-datagram
+ * messages (docs/architecture.md, "The fork server", has the protocol).
+ * The server forks each job, hands back its pidfd and reports its exit
+ * status.  When the server cannot start or stops answering, the backend
+ * logs why and starts every later job with posix_spawn; a job already
+ * forked keeps running.
+ *
+ * argv is NULL-terminated, argv[0] an absolute path; NULL removes the
+ * server.  May be called in the master before the first job starts.
+ * Returns 0, FIBER_EINVAL, FIBER_ESTATE (a job has already started),
+ * FIBER_ENOTSUP (in a child), FIBER_ENOMEM; nothing changes on failure. */
+FIBER_API int fiber_job_forkserver_set(const char *const *argv);
+
 /* ------------------------------------------------------------------------
  * Stop requests and resumption
  *

@@ -50,12 +50,11 @@ def _import_main():
 
 
 def main():
-    from . import _runtime, _worker
+    from . import _runtime
     _runtime.child_mode = True
     # Not a configuration key: taken out before fiber_init() reads FIBER_*.
     _runtime.master_pid = os.environ.pop("FIBER_PY_MASTER_PID", None)
     name = os.environ.get("FIBER_BOOT_NAME", "job")
-    _worker.name = name
     if os.environ.get("FIBER_BOOT_ADDR") is None:
         sys.exit("fiber._bootstrap runs jobs that a fiber master started; "
                  "it is not a program of its own")
@@ -68,8 +67,18 @@ def main():
         sys.stderr.flush()
         # Carry on: tasks whose functions live elsewhere still work, and
         # those that need __main__ fail with a clear error.
+    run_job(name)
+
+
+def run_job(name):
+    """Steps 2 and 3, for a job this module started or one that
+    fiber._forkserver forked (which has done step 1 once for all)."""
+    from . import _fiber, _runtime, _worker
+    _runtime.child_mode = True
+    if "FIBER_PY_MASTER_PID" in os.environ:
+        _runtime.master_pid = os.environ.pop("FIBER_PY_MASTER_PID")
+    _worker.name = name
     _worker.install()
-    from . import _fiber
     _fiber.init(name)
     sys.exit("fiber job %s: fiber_init() returned in a job" % name)
 

@@ -107,6 +107,7 @@ def ensure(config=None):
             return
         env = ["%s=%s" % kv for kv in job_environment().items()]
         _fiber.job_command_set(_job_argv(), env)
+        _fiber.job_forkserver_set(_forkserver_argv())
         _fiber.init(sys.argv[0] if sys.argv and sys.argv[0] else "python")
         _started = True
         atexit.register(_at_exit)
@@ -115,6 +116,12 @@ def ensure(config=None):
 def _job_argv():
     return [os.path.abspath(_executable or sys.executable), "-m",
             "fiber._bootstrap"]
+
+
+def _forkserver_argv():
+    """The fork server the local backend forks jobs from (fork_server)."""
+    return [os.path.abspath(_executable or sys.executable), "-m",
+            "fiber._forkserver"]
 
 
 def set_executable(path):
@@ -134,6 +141,7 @@ def set_executable(path):
             env = ["%s=%s" % kv for kv in job_environment().items()]
             try:
                 _fiber.job_command_set(_job_argv(), env)
+                _fiber.job_forkserver_set(_forkserver_argv())
             except Exception:
                 _executable = old
                 raise

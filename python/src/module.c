@@ -284,6 +284,22 @@ static PyObject *py_job_command_set(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_job_forkserver_set(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *argv;
+    if (!PyArg_ParseTuple(args, "O", &argv))
+        return NULL;
+    const char **a = NULL;
+    if (argv != Py_None && !(a = str_array(argv, "argv")))
+        return NULL;
+    int rc = fiber_job_forkserver_set(a);
+    PyMem_Free(a);
+    if (rc)
+        return fbp_raise_last(rc);
+    Py_RETURN_NONE;
+}
+
 /* A job ends with exit(), which does not flush Python's own buffers:
  * what a target printed would be lost when stdout is a pipe or a file. */
 static void flush_python_stdio(void)
@@ -491,6 +507,9 @@ static PyMethodDef module_methods[] = {
      "config_get(key) -> str: the effective value of a key."},
     {"job_command_set", py_job_command_set, METH_VARARGS,
      "job_command_set(argv, env): the command every job starts with."},
+    {"job_forkserver_set", py_job_forkserver_set, METH_VARARGS,
+     "job_forkserver_set(argv or None): the fork server of the job "
+     "command."},
     {"init", py_init, METH_VARARGS,
      "init(argv0) -> True in the master; never returns in a job."},
     {"is_master", py_is_master, METH_NOARGS,

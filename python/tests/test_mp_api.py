@@ -524,7 +524,9 @@ if __name__ == '__main__':
 
 def _default_manager_pids():
     """The pids of this master's Shared-objects job (local backend)."""
+    import helpers
     pids = []
+    parents = helpers.job_parents()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -535,7 +537,7 @@ def _default_manager_pids():
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and b"--fiber-job=Shared-objects" in cmd:
+        if ppid in parents and b"--fiber-job=Shared-objects" in cmd:
             pids.append(int(entry))
     return pids
 

@@ -287,6 +287,7 @@ def _worker_pids(prefix):
     through /proc."""
     pids = []
     flag = ("--fiber-job=%s-" % prefix).encode()
+    parents = helpers.job_parents()
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -297,7 +298,7 @@ def _worker_pids(prefix):
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and any(a.startswith(flag) for a in cmd):
+        if int(fields[1]) in parents and any(a.startswith(flag) for a in cmd):
             pids.append(int(d))
     return pids
 

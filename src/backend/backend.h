@@ -63,6 +63,12 @@ struct fb_job_spec {
                               keep their per-job files there */
     const char *log_dir;   /* where the job writes its log file (may lie
                               outside run_dir, may not exist yet) */
+    char *const *forkserver_argv; /* NULL, or the job command's fork server
+                              (fiber_job_forkserver_set), which a backend
+                              may ask to fork this job instead of starting
+                              program; the same for every job of a run */
+    char *const *forkserver_env; /* what it adds to the master's environment
+                              (the job command's); may be NULL */
 };
 
 struct fb_job {

@@ -41,6 +41,7 @@
     X(terminate_grace_ms, INT, 2000, integer, 0, 3600000)                      \
     X(max_message_bytes, U32, 64u << 20, size, 1024, 1073741824)              \
     X(heartbeat_ms, INT, 1000, integer, 0, 3600000)                            \
+    X(fork_server, INT, 1, boolean, 0, 0)                                      \
     X(image, STR, "", image, 0, 0)                                             \
     X(docker_socket, STR, "/var/run/docker.sock", socket, 0, 0)                \
     X(docker_network, STR, "host", network, 0, 0)                              \

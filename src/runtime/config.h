@@ -29,6 +29,8 @@ struct fb_config {
     int terminate_grace_ms;     /* >= 0 */
     uint32_t max_message_bytes; /* 1 KiB .. 1 GiB */
     int heartbeat_ms;           /* pool workers' heartbeat; 0 = off */
+    int fork_server;            /* local: fork jobs from the job command's
+                                   fork server when there is one; 1 */
     int time_limit_margin_ms;   /* replace a worker this long before its
                                    job's time limit; 0 = automatic */
     int resumed;                /* times the run was restarted (FIBER_RESUMED,

@@ -511,6 +511,36 @@ FIBER_API int fiber_job_command_set(const char *const *argv,
     return rc;
 }
 
+FIBER_API int fiber_job_forkserver_set(const char *const *argv)
+{
+    fb_err_clear();
+    if (argv && (!argv[0] || argv[0][0] != '/'))
+        return fb_err(FIBER_EINVAL, "the fork server's program must be an "
+                                    "absolute path");
+    if (argv && strv_len(argv) > 32)
+        return fb_err(FIBER_EINVAL, "the fork server command has more than "
+                                    "32 arguments");
+    char **a = argv ? strv_dup(argv) : NULL;
+    if (argv && !a)
+        return fb_err(FIBER_ENOMEM, "out of memory copying the fork server "
+                                    "command");
+    fb_rt_lock();
+    int rc = 0;
+    if (rt.initialized && !rt.master)
+        rc = fb_err(FIBER_ENOTSUP, "only the master sets the fork server");
+    else if (rt.next_job_id > 0)
+        rc = fb_err(FIBER_ESTATE, "the fork server must be set before the "
+                                  "first job starts");
+    if (rc == 0) {
+        strv_free(rt.forkserver_argv);
+        rt.forkserver_argv = a;
+        a = NULL;
+    }
+    fb_rt_unlock();
+    strv_free(a);
+    return rc;
+}
+
 static char **job_env(const struct fb_jobrec *j, const fiber_job_opts *opts)
 {
     size_t n_user = strv_len(opts ? opts->env : NULL);
@@ -625,6 +655,12 @@ static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
         .run_dir = rt.run_dir,
         .log_dir = rt.log_dir,
     };
+    /* Only jobs that run the job command can be forked from its server. */
+    if (rt.job_argv && program == rt.job_argv[0] && rt.forkserver_argv &&
+        rt.cfg.fork_server) {
+        spec.forkserver_argv = rt.forkserver_argv;
+        spec.forkserver_env = rt.job_env;
+    }
     int rc = fb_backend_create_job(rt.backend, &spec, &j->job);
     strv_free(env);
     if (rc)

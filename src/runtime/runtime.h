@@ -190,6 +190,7 @@ struct fb_runtime {
     char argv0[256];
     char **job_argv;    /* fiber_job_command_set: program and arguments */
     char **job_env;     /* and extra NAME=value strings; NULL: none */
+    char **forkserver_argv; /* fiber_job_forkserver_set; NULL: none */
     char run_dir[512];  /* "" until the listener starts */
     char log_dir[512];  /* effective log directory for children */
     char address[600];  /* what children dial */

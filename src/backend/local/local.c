@@ -10,10 +10,17 @@
  *
  * Exits are noticed through a pidfd, which the runtime's service thread
  * polls; poll_job reaps with waitpid(WNOHANG), so no zombie is left.
+ *
+ * A job whose spec names a fork server (a Python program's jobs) is forked
+ * from it instead, unless the configuration's fork_server is off
+ * (forkserver.c).  Such a job is the server's child, not ours: it is
+ * watched and signalled through the pidfd the server hands over, and its
+ * exit status is the one the server reports.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -31,16 +38,26 @@
 extern char **environ;
 
 struct local_job {
-    int pidfd; /* -1 when the kernel has no pidfd_open */
+    int pidfd;  /* -1 when the kernel has no pidfd_open */
+    int forked; /* forked by the fork server: not our child */
+};
+
+struct local_state {
+    struct fb_forksrv forksrv;
 };
 
 static int local_init(struct fb_backend *be)
 {
-    FB_UNUSED(be);
+    struct local_state *st = be->state;
+    st->forksrv.fd = -1;
     return 0;
 }
 
-static void local_fini(struct fb_backend *be) { FB_UNUSED(be); }
+static void local_fini(struct fb_backend *be)
+{
+    struct local_state *st = be->state;
+    fb_forksrv_stop(&st->forksrv);
+}
 
 /* NAME=value entries: does entry set the variable that var sets? */
 static int same_var(const char *entry, const char *var)
@@ -131,7 +148,7 @@ static int setup_actions(posix_spawn_file_actions_t *fa, int secret_fd,
     return 0;
 }
 
-static int setup_attr(posix_spawnattr_t *attr)
+int fb_local_spawn_attr(posix_spawnattr_t *attr)
 {
     sigset_t none, all;
     sigemptyset(&none);
@@ -177,7 +194,7 @@ static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
     posix_spawnattr_init(&attr);
     int rc = 0;
     if (setup_actions(&fa, secret_fd, spec->opts) != 0 ||
-        setup_attr(&attr) != 0) {
+        fb_local_spawn_attr(&attr) != 0) {
         rc = fb_err(FIBER_ENOMEM, "cannot prepare posix_spawn");
     } else {
         int err = posix_spawn(pid, program, &fa, &attr, spec->argv, env);
@@ -199,6 +216,30 @@ static int spawn(const struct fb_job_spec *spec, int secret_fd, pid_t *pid)
     return rc;
 }
 
+/* Asks the fork server for the job.  0 (lj->pidfd and ->forked set),
+ * FB_FORKSRV_SPAWN or a code, as fb_forksrv_fork. */
+static int fork_job(struct fb_backend *be, const struct fb_job_spec *spec,
+                    int secret_fd, pid_t *pid, struct local_job *lj)
+{
+    struct local_state *st = be->state;
+    if (st->forksrv.broken)
+        return FB_FORKSRV_SPAWN;
+    if (spec->opts && spec->opts->workdir &&
+        access(spec->opts->workdir, X_OK) != 0)
+        return fb_err_errno(FIBER_ESPAWN,
+                            "cannot start job '%s' in working directory %s",
+                            spec->name, spec->opts->workdir);
+    char secret_var[] = FB_ENV_SECRET_FD "=3";
+    char **env = build_env(spec->env, secret_var);
+    if (!env)
+        return fb_err(FIBER_ENOMEM, "out of memory building the environment");
+    int rc = fb_forksrv_fork(&st->forksrv, spec, env, secret_fd,
+                             be->cfg->connect_timeout_ms, pid, &lj->pidfd);
+    free(env);
+    lj->forked = rc == 0;
+    return rc;
+}
+
 static int local_create_job(struct fb_backend *be,
                             const struct fb_job_spec *spec, struct fb_job *job)
 {
@@ -215,12 +256,17 @@ static int local_create_job(struct fb_backend *be,
     if (rc)
         return rc;
     pid_t pid;
-    rc = spawn(spec, secret_fd, &pid);
+    rc = spec->forkserver_argv ? fork_job(be, spec, secret_fd, &pid, lj)
+                               : FB_FORKSRV_SPAWN;
+    if (rc == FB_FORKSRV_SPAWN)
+        rc = spawn(spec, secret_fd, &pid);
     close(secret_fd);
     if (rc)
         return rc;
     job->pid = pid;
     job->state = FB_JOB_RUNNING;
+    if (lj->forked)
+        return 0;
     lj->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (lj->pidfd < 0)
         fb_log_debug("pidfd_open(%d) failed; polling for exits instead",
@@ -243,9 +289,52 @@ static int status_to_exit(int status)
     return 255;
 }
 
+/* How long poll_job waits for the fork server's report of a forked job
+ * whose pidfd says it has ended (the report follows within moments; a
+ * loaded machine may delay the server a little). */
+#define FORK_REPORT_WAIT_MS 3000
+
+/* Has the process behind pidfd ended?  (Not our child: no waitpid.) */
+static int pidfd_ended(int pidfd, int timeout_ms)
+{
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    int r;
+    while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR)
+        ;
+    return r > 0;
+}
+
+/* A forked job: ended when its pidfd says so; its status is the fork
+ * server's report, which follows the end by moments (waited for up to
+ * wait_ms), and is lost if the server has gone. */
+static int poll_forked(struct fb_backend *be, struct fb_job *job, int wait_ms)
+{
+    struct local_state *st = be->state;
+    struct local_job *lj = job->priv;
+    int status;
+    if (fb_forksrv_exit(&st->forksrv, job->id, 0, &status) == 1) {
+        fb_job_exited(job, status);
+        return 0;
+    }
+    if (!pidfd_ended(lj->pidfd, 0))
+        return 0;
+    int r = fb_forksrv_exit(&st->forksrv, job->id, wait_ms, &status);
+    if (r != 1) {
+        fb_log_warn("job %llu (pid %ld) ended but %s; its exit status is "
+                    "unknown",
+                    (unsigned long long)job->id, job->pid,
+                    r < 0 ? "its fork server has gone"
+                          : "its fork server did not report it");
+        status = 255;
+    }
+    fb_job_exited(job, status);
+    return 0;
+}
+
 static int local_poll_job(struct fb_backend *be, struct fb_job *job)
 {
-    FB_UNUSED(be);
+    if (((struct local_job *)job->priv)->forked)
+        return poll_forked(be, job, FORK_REPORT_WAIT_MS);
     int status;
     pid_t r = waitpid((pid_t)job->pid, &status, WNOHANG);
     if (r == 0)
@@ -269,9 +358,19 @@ static int local_signal_job(struct fb_backend *be, struct fb_job *job,
                             int force)
 {
     FB_UNUSED(be);
+    struct local_job *lj = job->priv;
+    int sig = force ? SIGKILL : SIGTERM;
+    /* A forked job's pidfd names it for as long as we hold the pidfd. */
+    if (lj->forked) {
+        if (syscall(SYS_pidfd_send_signal, lj->pidfd, sig, NULL, 0) != 0 &&
+            errno != ESRCH)
+            return fb_err_errno(FIBER_ESYS, "pidfd_send_signal(%ld)",
+                                job->pid);
+        return 0;
+    }
     /* Until poll_job reaps it, the pid cannot be reused, so kill() reaches
      * the right process. */
-    if (kill((pid_t)job->pid, force ? SIGKILL : SIGTERM) != 0 &&
+    if (kill((pid_t)job->pid, sig) != 0 &&
         errno != ESRCH)
         return fb_err_errno(FIBER_ESYS, "kill(%ld)", job->pid);
     return 0;
@@ -280,7 +379,13 @@ static int local_signal_job(struct fb_backend *be, struct fb_job *job,
 static void local_release_job(struct fb_backend *be, struct fb_job *job)
 {
     struct local_job *lj = job->priv;
-    if (job->state != FB_JOB_EXITED && job->pid > 0) {
+    if (job->state != FB_JOB_EXITED && lj->forked) {
+        local_signal_job(be, job, 1);
+        pidfd_ended(lj->pidfd, 5000); /* SIGKILL: moments */
+        poll_forked(be, job, FORK_REPORT_WAIT_MS);
+        if (job->state != FB_JOB_EXITED)
+            fb_job_exited(job, -SIGKILL);
+    } else if (job->state != FB_JOB_EXITED && job->pid > 0) {
         local_signal_job(be, job, 1);
         int status = 0;
         pid_t r;
@@ -299,7 +404,7 @@ static void local_release_job(struct fb_backend *be, struct fb_job *job)
 const struct fb_backend_ops fb_backend_local = {
     .name = "local",
     .caps = FB_CAP_SAME_HOST | FB_CAP_LOOPBACK,
-    .state_size = 0,
+    .state_size = sizeof(struct local_state),
     .job_size = sizeof(struct local_job),
     .init = local_init,
     .fini = local_fini,
