@@ -877,6 +877,19 @@ FIBER_API int fiber_queue_create(fiber_queue **out, size_t capacity);
 FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
                               int timeout_ms);
 
+/* Appends count messages (msgs[i].data, msgs[i].len), in order, as count
+ * pipelined puts (fiber_queue_put with timeout -1) would, but in one
+ * call that writes them at once, in one frame (or a few: a frame holds
+ * up to 4096 messages or 256 KiB).  For a producer that gathers its
+ * messages itself (the Python binding does, to cross from Python to C
+ * once a batch): they arrive in order, after this handle's earlier puts,
+ * and count against its credit window (the call waits while the window
+ * is full, as a pipelined put does).  Returns 0, FIBER_EINVAL (msgs NULL
+ * with a count) or FIBER_ETOOBIG (a message exceeds max_message_bytes),
+ * in both cases before any is sent, or as fiber_queue_put otherwise. */
+FIBER_API int fiber_queue_put_batch(fiber_queue *q, const fiber_iov *msgs,
+                                    size_t count);
+
 /* Waits up to timeout_ms until every pipelined put of this handle is in
  * the queue.  Returns 0, the first failure of one of them (as above),
  * FIBER_ETIMEDOUT (also with timeout 0 while some are on their way) or
