@@ -89,6 +89,9 @@ extern PyTypeObject FbpProcessType, FbpPoolType, FbpFutureType,
 int fbp_process_init(PyObject *m);
 int fbp_pool_init(PyObject *m);
 int fbp_queue_init(PyObject *m);
+/* Hands every queue handle's gathered puts to the C queue (queue.c);
+ * GIL held.  task.c calls it when a task returns. */
+void fbp_queue_flush_all(void);
 int fbp_manager_init(PyObject *m);
 int fbp_ring_init(PyObject *m);
 int fbp_object_init(PyObject *m);
