@@ -134,7 +134,6 @@ static uint64_t now_ns(void)
  * keep (the flusher: nobody waits for its answer).  The gathered
  * messages go whatever the outcome (those after a failure are not in the
  * queue, as for fiber_queue_put). */
-static unsigned long dbg_handovers, dbg_msgs;
 static int hand_over(FbpQueue *self, int keep)
 {
     if (self->n_pending == 0)
@@ -145,10 +144,9 @@ static int hand_over(FbpQueue *self, int keep)
         d += self->lens[i];
     }
     int rc = fiber_queue_put_batch(self->q, self->iov, self->n_pending);
-    dbg_handovers++; dbg_msgs += self->n_pending;
-
-    self->n_pending = 0;
     self->pending.len = 0;
+    /* settle's look without mu: 0 means the batch is in the C queue */
+    __atomic_store_n(&self->n_pending, 0, __ATOMIC_RELEASE);
     if (rc && keep && !self->err) {
         self->err = rc;
         snprintf(self->err_text, sizeof self->err_text, "%s",
@@ -262,8 +260,8 @@ static void unlist(FbpQueue *self)
 static int settle(FbpQueue *self, char *msg, size_t msg_size)
 {
     int rc;
-    if (__atomic_load_n(&self->n_pending, __ATOMIC_RELAXED) == 0 &&
-        __atomic_load_n(&self->err, __ATOMIC_RELAXED) == 0)
+    if (__atomic_load_n(&self->n_pending, __ATOMIC_ACQUIRE) == 0 &&
+        __atomic_load_n(&self->err, __ATOMIC_ACQUIRE) == 0)
         return 0;
     pthread_mutex_lock(&self->mu); /* its holders never wait for the GIL */
     Py_BEGIN_ALLOW_THREADS
