@@ -89,10 +89,11 @@ static PyObject *status(int rc, const char *msg)
  *     at once, with whatever is gathered: a lone put is on the wire when
  *     put returns, as fiber_queue_put's is;
  *   - puts closer than that gather, and a batch goes when it holds
- *     BATCH_MAX messages or BATCH_BYTES, or when the flusher thread
- *     (below) wakes, which a put asks for as soon as something is
- *     gathered: the tail of a burst waits for one thread wake-up (tens
- *     of microseconds), never for a timer;
+ *     BATCH_MAX messages or BATCH_BYTES, when its first message is
+ *     HOLD_NS old (at the next put), or when the flusher thread (below)
+ *     wakes, which a put asks for as soon as something is gathered: the
+ *     tail of a burst waits for one thread wake-up (tens of
+ *     microseconds), never for a timer;
  *   - any other call on the handle (get, size, flush, a put with a
  *     timeout, its end) hands over what is gathered first, so a process
  *     sees its own puts in order, and fbp_queue_flush_all (task.c, when a
@@ -113,7 +114,7 @@ static PyObject *status(int rc, const char *msg)
  * flushes with fbp_queue_flush_all). */
 
 #define STEADY_NS 20000        /* puts closer than this gather */
-#define HOLD_NS 100000         /* the longest a gathered put waits */
+#define HOLD_NS 100000         /* a batch older than this goes */
 #define BATCH_MAX 256          /* messages in one hand-over */
 #define BATCH_BYTES (64u << 10)
 
@@ -170,10 +171,14 @@ static void hand_over_listed(void)
     }
 }
 
+/* The flusher hands over as soon as it wakes: what a producer gathers
+ * while the thread wakes up is the batch.  Sleeping longer first makes
+ * bigger batches, but it would also hold the put of a request-response
+ * exchange quicker than STEADY_NS (a put, then a get on another queue)
+ * for as long as it sleeps. */
 static void *flusher_main(void *unused)
 {
     (void)unused;
-    struct timespec hold = {0, HOLD_NS};
     pthread_mutex_lock(&flusher_mu);
     for (;;) {
         while (!flusher_list) {
@@ -181,12 +186,6 @@ static void *flusher_main(void *unused)
             pthread_cond_wait(&flusher_cond, &flusher_mu);
             flusher_idle = 0;
         }
-        /* Something was gathered: give its producer HOLD_NS to add to
-         * the batch (a steady one hands over by itself meanwhile), then
-         * hand over what is left. */
-        pthread_mutex_unlock(&flusher_mu);
-        nanosleep(&hold, NULL);
-        pthread_mutex_lock(&flusher_mu);
         hand_over_listed();
     }
     return NULL;
