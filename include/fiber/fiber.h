@@ -904,6 +904,16 @@ FIBER_API int fiber_queue_flush(fiber_queue *q, int timeout_ms);
  * the handle meanwhile prefetches the next ones. */
 FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms);
 
+/* As fiber_queue_get with timeout 0, but it never waits and never asks
+ * the server: it takes the next message this handle already prefetched,
+ * or fails at once with FIBER_EAGAIN when the handle holds none (or
+ * another thread of the process is in a get on it); then a
+ * fiber_queue_get asks the server.  For callers that must not block
+ * where they are (the Python binding calls it holding the interpreter
+ * lock, and releases the lock only for a get that may wait).  Returns 0,
+ * FIBER_EAGAIN, or a failure of the prefetch (as fiber_queue_get). */
+FIBER_API int fiber_queue_try_get(fiber_queue *q, fiber_buf *out);
+
 /* As fiber_queue_get, but the message stays lent to this handle until
  * fiber_queue_ack(q, *lease): if the process dies (or frees the handle)
  * before that, the message goes back to the queue for another consumer.

@@ -50,8 +50,17 @@ struct FbpQueue {
     pthread_mutex_t mu;
     fiber_buf pending;
     size_t *lens;
-    fiber_iov *iov; /* room for BATCH_MAX, built at each hand-over */
     size_t n_pending;
+    /* A hand-over swaps pending and lens with these under mu, then sends
+     * them with only send_mu held, so puts gather meanwhile; send_mu
+     * makes the batches go one at a time, in order.  Taken before mu,
+     * with the GIL held or not, never held while waiting for the GIL. */
+    pthread_mutex_t send_mu;
+    fiber_buf sending;
+    size_t *send_lens;
+    size_t n_sending;   /* read by settle without a lock */
+    fiber_iov *iov;     /* room for BATCH_MAX, built at each hand-over */
+    fiber_buf rbuf; /* get_object's, for a prefetched message; GIL held */
     uint64_t first_ns;    /* when the first of them was gathered */
     uint64_t last_put_ns;
     int err;         /* a hand-over by the flusher failed: the next call */
@@ -90,18 +99,19 @@ static PyObject *status(int rc, const char *msg)
  *     put returns, as fiber_queue_put's is;
  *   - puts closer than that gather, and a batch goes when it holds
  *     BATCH_MAX messages or BATCH_BYTES, when its first message is
- *     HOLD_NS old (at the next put), or when the flusher thread (below)
- *     wakes, which a put asks for as soon as something is gathered: the
- *     tail of a burst waits for one thread wake-up (tens of
- *     microseconds), never for a timer;
+ *     HOLD_NS old (at the next put), or STEADY_NS after the flusher
+ *     thread (below) woke, which a put asks for as soon as something is
+ *     gathered: the tail of a burst waits a thread wake-up and
+ *     STEADY_NS, tens of microseconds;
  *   - any other call on the handle (get, size, flush, a put with a
  *     timeout, its end) hands over what is gathered first, so a process
  *     sees its own puts in order, and fbp_queue_flush_all (task.c, when a
  *     Process target or a pool task returns) hands over every handle's,
  *     before the C runtime waits for the pipelined puts at a job's exit.
  *
- * Order holds: a handle's messages are handed over in put order, under
- * its mu, by one thread at a time.  A message is held here only while a
+ * Order holds: a handle's messages are handed over in put order, by one
+ * thread at a time (send_mu); the puts meanwhile gather in the other
+ * buffer (mu).  A message is held here only while a
  * put returned and the next wake-up of the flusher has not come: a
  * process killed in that window loses it, as it loses a pipelined put
  * still in the C queue's buffer (and multiprocessing one in its feeder
@@ -117,6 +127,7 @@ static PyObject *status(int rc, const char *msg)
 #define HOLD_NS 100000         /* a batch older than this goes */
 #define BATCH_MAX 256          /* messages in one hand-over */
 #define BATCH_BYTES (64u << 10)
+#define RBUF_KEEP (1u << 20) /* get_object keeps a buffer up to this */
 
 static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t flusher_cond = PTHREAD_COND_INITIALIZER;
@@ -130,28 +141,45 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Hands what self gathered to the C queue; mu held, GIL not needed.  A
- * failure is returned and also kept for the handle's next call when
- * keep (the flusher: nobody waits for its answer).  The gathered
- * messages go whatever the outcome (those after a failure are not in the
- * queue, as for fiber_queue_put). */
+/* Hands what self gathered to the C queue: send_mu held (not mu), GIL
+ * not needed.  A failure is returned and also kept for the handle's
+ * next call when keep (the flusher: nobody waits for its answer).  The
+ * gathered messages go whatever the outcome (those after a failure are
+ * not in the queue, as for fiber_queue_put). */
 static int hand_over(FbpQueue *self, int keep)
 {
-    if (self->n_pending == 0)
-        return 0;
-    const char *d = (const char *)self->pending.data;
-    for (size_t i = 0; i < self->n_pending; i++) {
-        self->iov[i] = (fiber_iov){d, self->lens[i]};
-        d += self->lens[i];
+    pthread_mutex_lock(&self->mu);
+    size_t n = self->n_pending;
+    if (n) {
+        fiber_buf b = self->sending;
+        size_t *l = self->send_lens;
+        self->sending = self->pending;
+        self->send_lens = self->lens;
+        self->pending = b;
+        self->pending.len = 0;
+        self->lens = l;
+        __atomic_store_n(&self->n_sending, n, __ATOMIC_RELAXED);
+        self->n_pending = 0;
     }
-    int rc = fiber_queue_put_batch(self->q, self->iov, self->n_pending);
-    self->pending.len = 0;
-    /* settle's look without mu: 0 means the batch is in the C queue */
-    __atomic_store_n(&self->n_pending, 0, __ATOMIC_RELEASE);
-    if (rc && keep && !self->err) {
-        self->err = rc;
-        snprintf(self->err_text, sizeof self->err_text, "%s",
-                 fiber_last_error());
+    pthread_mutex_unlock(&self->mu);
+    if (n == 0)
+        return 0;
+    const char *d = (const char *)self->sending.data;
+    for (size_t i = 0; i < n; i++) {
+        self->iov[i] = (fiber_iov){d, self->send_lens[i]};
+        d += self->send_lens[i];
+    }
+    int rc = fiber_queue_put_batch(self->q, self->iov, n);
+    /* settle's look without a lock: 0 means the batch is in the C queue */
+    __atomic_store_n(&self->n_sending, 0, __ATOMIC_RELEASE);
+    if (rc && keep) {
+        pthread_mutex_lock(&self->mu);
+        if (!self->err) {
+            snprintf(self->err_text, sizeof self->err_text, "%s",
+                     fiber_last_error());
+            __atomic_store_n(&self->err, rc, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&self->mu);
     }
     return rc;
 }
@@ -165,20 +193,23 @@ static void hand_over_listed(void)
         flusher_list = self->next_listed;
         self->listed = 0;
         self->next_listed = NULL;
-        pthread_mutex_lock(&self->mu);
+        pthread_mutex_lock(&self->send_mu);
         hand_over(self, 1);
-        pthread_mutex_unlock(&self->mu);
+        pthread_mutex_unlock(&self->send_mu);
     }
 }
 
-/* The flusher hands over as soon as it wakes: what a producer gathers
- * while the thread wakes up is the batch.  Sleeping longer first makes
- * bigger batches, but it would also hold the put of a request-response
- * exchange quicker than STEADY_NS (a put, then a get on another queue)
- * for as long as it sleeps. */
+/* Woken by the first gathered put of a batch, the flusher lets the
+ * producer gather for STEADY_NS more (a steady producer hands over
+ * itself at BATCH_MAX or HOLD_NS), then hands over what is there.  So a
+ * put held here waits STEADY_NS and a thread wake-up at most: longer
+ * would make bigger batches but would also hold the put of a
+ * request-response exchange quicker than STEADY_NS (a put, then a get
+ * on another queue) for as long. */
 static void *flusher_main(void *unused)
 {
     (void)unused;
+    struct timespec gather_more = {0, STEADY_NS};
     pthread_mutex_lock(&flusher_mu);
     for (;;) {
         while (!flusher_list) {
@@ -186,6 +217,9 @@ static void *flusher_main(void *unused)
             pthread_cond_wait(&flusher_cond, &flusher_mu);
             flusher_idle = 0;
         }
+        pthread_mutex_unlock(&flusher_mu);
+        nanosleep(&gather_more, NULL);
+        pthread_mutex_lock(&flusher_mu);
         hand_over_listed();
     }
     return NULL;
@@ -260,19 +294,22 @@ static int settle(FbpQueue *self, char *msg, size_t msg_size)
 {
     int rc;
     if (__atomic_load_n(&self->n_pending, __ATOMIC_ACQUIRE) == 0 &&
+        __atomic_load_n(&self->n_sending, __ATOMIC_ACQUIRE) == 0 &&
         __atomic_load_n(&self->err, __ATOMIC_ACQUIRE) == 0)
         return 0;
-    pthread_mutex_lock(&self->mu); /* its holders never wait for the GIL */
-    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->send_mu); /* its holders never wait for */
+    Py_BEGIN_ALLOW_THREADS              /* the GIL */
     rc = hand_over(self, 0);
     if (rc)
         snprintf(msg, msg_size, "%s", fiber_last_error());
-    else if (self->err) {
+    pthread_mutex_lock(&self->mu);
+    if (rc == 0 && self->err) {
         rc = self->err;
         snprintf(msg, msg_size, "%s", self->err_text);
     }
     self->err = 0;
     pthread_mutex_unlock(&self->mu);
+    pthread_mutex_unlock(&self->send_mu);
     Py_END_ALLOW_THREADS
     return rc;
 }
@@ -295,9 +332,10 @@ static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
     }
     if (!self->lens) {
         self->lens = malloc(BATCH_MAX * sizeof *self->lens);
+        self->send_lens = malloc(BATCH_MAX * sizeof *self->send_lens);
         self->iov = malloc(BATCH_MAX * sizeof *self->iov);
     }
-    if (!self->lens || !self->iov ||
+    if (!self->lens || !self->send_lens || !self->iov ||
         fiber_buf_append(&self->pending, PyBytes_AS_STRING(data), len)) {
         pthread_mutex_unlock(&self->mu);
         snprintf(msg, msg_size, "out of memory for a queue's send buffer");
@@ -308,18 +346,21 @@ static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
     self->lens[self->n_pending++] = len;
     int steady = now - self->last_put_ns < STEADY_NS;
     self->last_put_ns = now;
-    if (!steady || self->n_pending >= BATCH_MAX ||
-        self->pending.len >= BATCH_BYTES || now - self->first_ns >= HOLD_NS) {
+    int now_please = !steady || self->n_pending >= BATCH_MAX ||
+                     self->pending.len >= BATCH_BYTES ||
+                     now - self->first_ns >= HOLD_NS;
+    int first = self->n_pending == 1;
+    pthread_mutex_unlock(&self->mu);
+    if (now_please) {
+        pthread_mutex_lock(&self->send_mu);
         Py_BEGIN_ALLOW_THREADS
         rc = hand_over(self, 0);
         if (rc)
             snprintf(msg, msg_size, "%s", fiber_last_error());
-        pthread_mutex_unlock(&self->mu);
+        pthread_mutex_unlock(&self->send_mu);
         Py_END_ALLOW_THREADS
         return rc;
     }
-    int first = self->n_pending == 1;
-    pthread_mutex_unlock(&self->mu);
     if (first && list_for_flusher(self) != 0) /* no thread: now */
         return settle(self, msg, msg_size);
     return 0;
@@ -346,10 +387,15 @@ static FbpQueue *queue_wrap(fiber_queue *q)
     self->q = q;
     self->shared = 0;
     pthread_mutex_init(&self->mu, NULL);
+    pthread_mutex_init(&self->send_mu, NULL);
     self->pending = (fiber_buf){0};
+    self->sending = (fiber_buf){0};
+    self->rbuf = (fiber_buf){0};
     self->lens = NULL;
+    self->send_lens = NULL;
     self->iov = NULL;
     self->n_pending = 0;
+    self->n_sending = 0;
     self->first_ns = 0;
     self->last_put_ns = 0;
     self->err = 0;
@@ -407,15 +453,19 @@ static void queue_dealloc(FbpQueue *self)
 {
     if (!forked) { /* what it gathered goes first */
         unlist(self);
-        pthread_mutex_lock(&self->mu);
+        pthread_mutex_lock(&self->send_mu);
         Py_BEGIN_ALLOW_THREADS
         hand_over(self, 0);
-        pthread_mutex_unlock(&self->mu);
+        pthread_mutex_unlock(&self->send_mu);
         Py_END_ALLOW_THREADS
     }
     pthread_mutex_destroy(&self->mu);
+    pthread_mutex_destroy(&self->send_mu);
     fiber_buf_free(&self->pending);
+    fiber_buf_free(&self->sending);
+    fiber_buf_free(&self->rbuf);
     free(self->lens);
+    free(self->send_lens);
     free(self->iov);
     fiber_queue *q = self->q;
     self->q = NULL;
@@ -567,22 +617,37 @@ static PyObject *queue_put_object(FbpQueue *self, PyObject *const *args,
     return status(rc, msg);
 }
 
-/* get_object(timeout_ms): takes a message and unpickles it. */
+/* get_object(timeout_ms): takes a message and unpickles it.  A message
+ * the handle prefetched is taken with the GIL held (fiber_queue_try_get
+ * never waits), into the handle's reused buffer rbuf, which nothing else
+ * touches while the GIL is held; only a get that may wait (nothing
+ * prefetched) releases the GIL, with a buffer of its own. */
 static PyObject *queue_get_object(FbpQueue *self, PyObject *arg)
 {
     int timeout_ms = timeout_arg(arg);
     if (timeout_ms == -2)
         return NULL;
     fiber_buf b = {0};
-    struct qget c = {self->q, NULL, &b};
+    fiber_buf *got = &self->rbuf;
     char msg[1024];
     msg[0] = '\0';
     int rc = settle(self, msg, sizeof msg);
-    if (rc == 0)
-        rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
+    if (rc == 0) {
+        self->rbuf.len = 0;
+        rc = fiber_queue_try_get(self->q, &self->rbuf);
+        if (rc == FIBER_EAGAIN) {
+            struct qget c = {self->q, NULL, &b};
+            got = &b;
+            rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
+        } else if (rc) {
+            snprintf(msg, sizeof msg, "%s", fiber_last_error());
+        }
+    }
     PyObject *res = NULL;
     if (rc == 0) {
-        PyObject *data = fbp_bytes_of(&b);
+        PyObject *data = fbp_bytes_of(got);
+        if (self->rbuf.cap > RBUF_KEEP)
+            fiber_buf_free(&self->rbuf); /* a large one is not kept */
         if (data) {
             res = PyObject_CallOneArg(pickle_loads, data);
             Py_DECREF(data);

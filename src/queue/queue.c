@@ -429,6 +429,26 @@ FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms)
     return rc ? rc : get_item(q, out, 0, &seq, timeout_ms);
 }
 
+FIBER_API int fiber_queue_try_get(fiber_queue *q, fiber_buf *out)
+{
+    int rc = check_queue(q);
+    if (rc)
+        return rc;
+    if (pthread_mutex_trylock(&q->mu) != 0) /* another thread's get */
+        return fb_err(FIBER_EAGAIN, "the handle is in use by another "
+                                    "thread's get");
+    /* A refill asked for ahead of time may have come (a look, no wait). */
+    if (q->batch_left == 0 && q->pending && fb_owait_ready(q->pending))
+        rc = install(q);
+    uint64_t seq;
+    if (rc == 0 && q->batch_left == 0)
+        rc = fb_err(FIBER_EAGAIN, "this handle holds no prefetched message");
+    else if (rc == 0)
+        rc = take(q, out, 0, &seq);
+    pthread_mutex_unlock(&q->mu);
+    return named(q, rc);
+}
+
 FIBER_API int fiber_queue_get_lease(fiber_queue *q, fiber_buf *out,
                                     uint64_t *lease, int timeout_ms)
 {

@@ -185,6 +185,36 @@ TEST(put_batch_keeps_order_with_single_puts)
     fiber_queue_free(q);
 }
 
+TEST(try_get_takes_only_what_the_handle_prefetched)
+{
+    fiber_queue *q;
+    CHECK_OK(fiber_queue_create(&q, 0));
+    fiber_buf b = {0};
+    /* nothing asked for yet: nothing held, whatever the queue has */
+    int v = 7;
+    CHECK_OK(fiber_queue_put(q, &v, sizeof v, 0));
+    CHECK_ERR(fiber_queue_try_get(q, &b), FIBER_EAGAIN);
+    CHECK_CONTAINS(fiber_last_error(), "prefetched");
+    for (int i = 0; i < 10; i++)
+        CHECK_OK(fiber_queue_put(q, &i, sizeof i, 0));
+    /* a get lends the handle a window: the next ones need no server */
+    CHECK_OK(fiber_queue_get(q, &b, 1000));
+    CHECK_EQ(*(int *)b.data, 7);
+    for (int i = 0; i < 10; i++) {
+        b.len = 0;
+        CHECK_OK(fiber_queue_try_get(q, &b));
+        CHECK_EQ(b.len, sizeof(int));
+        CHECK_EQ(*(int *)b.data, i);
+    }
+    CHECK_ERR(fiber_queue_try_get(q, &b), FIBER_EAGAIN);
+    size_t n;
+    CHECK_OK(fiber_queue_size(q, &n));
+    CHECK_EQ(n, 0); /* what try_get returned was taken */
+    CHECK_ERR(fiber_queue_try_get(NULL, &b), FIBER_EINVAL);
+    fiber_buf_free(&b);
+    fiber_queue_free(q);
+}
+
 TEST(child_producer_keeps_order)
 {
     fiber_queue *q;
