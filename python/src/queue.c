@@ -318,11 +318,35 @@ static int settle(FbpQueue *self, char *msg, size_t msg_size)
  * what was gathered before it) when it is a lone put or the batch is
  * full, else leaves it to the flusher.  GIL held.  Returns 0 or a code
  * with its text in msg. */
+/* Hands over what self gathered, from a put: GIL held, released for the
+ * send.  Returns 0 or a code with its text in msg. */
+static int hand_over_now(FbpQueue *self, char *msg, size_t msg_size)
+{
+    int rc;
+    pthread_mutex_lock(&self->send_mu);
+    Py_BEGIN_ALLOW_THREADS
+    rc = hand_over(self, 0);
+    if (rc)
+        snprintf(msg, msg_size, "%s", fiber_last_error());
+    pthread_mutex_unlock(&self->send_mu);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
 static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
 {
     size_t len = (size_t)PyBytes_GET_SIZE(data);
     uint64_t now = now_ns();
     pthread_mutex_lock(&self->mu);
+    /* Other threads of the process may have filled the batch since its
+     * last check (a hand-over is made without mu): it goes first. */
+    while (self->n_pending >= BATCH_MAX) {
+        pthread_mutex_unlock(&self->mu);
+        int rc = hand_over_now(self, msg, msg_size);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&self->mu);
+    }
     int rc = self->err;
     if (rc) {
         snprintf(msg, msg_size, "%s", self->err_text);
@@ -351,16 +375,8 @@ static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
                      now - self->first_ns >= HOLD_NS;
     int first = self->n_pending == 1;
     pthread_mutex_unlock(&self->mu);
-    if (now_please) {
-        pthread_mutex_lock(&self->send_mu);
-        Py_BEGIN_ALLOW_THREADS
-        rc = hand_over(self, 0);
-        if (rc)
-            snprintf(msg, msg_size, "%s", fiber_last_error());
-        pthread_mutex_unlock(&self->send_mu);
-        Py_END_ALLOW_THREADS
-        return rc;
-    }
+    if (now_please)
+        return hand_over_now(self, msg, msg_size);
     if (first && list_for_flusher(self) != 0) /* no thread: now */
         return settle(self, msg, msg_size);
     return 0;

@@ -63,17 +63,20 @@ def test_several_producers_and_consumers_order_per_producer():
 
 
 def test_threads_of_one_process_keep_their_own_order():
+    # several threads fill one handle's send buffer at once: batches
+    # must neither overflow nor mix up a thread's order
     q = fiber.Queue()
-    n = 5000
+    n, threads = 10000, 4
     ts = [threading.Thread(target=helpers.put_numbered, args=(q, t, n))
-          for t in range(3)]
+          for t in range(threads)]
     for t in ts:
         t.start()
-    got = [q.get(timeout=30) for _ in range(3 * n)]
+    got = [q.get(timeout=30) for _ in range(threads * n)]
     for t in ts:
         t.join()
     _check_per_producer_order(got)
-    assert sorted(got) == sorted((t, i) for t in range(3) for i in range(n))
+    assert sorted(got) == sorted((t, i) for t in range(threads)
+                                 for i in range(n))
 
 
 def test_a_lone_put_is_seen_without_a_flush_or_an_exit():
