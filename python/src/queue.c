@@ -111,11 +111,11 @@ static PyObject *status(int rc, const char *msg)
  *
  * Order holds: a handle's messages are handed over in put order, by one
  * thread at a time (send_mu); the puts meanwhile gather in the other
- * buffer (mu).  A message is held here only while a
- * put returned and the next wake-up of the flusher has not come: a
- * process killed in that window loses it, as it loses a pipelined put
- * still in the C queue's buffer (and multiprocessing one in its feeder
- * thread's).
+ * buffer (mu).  A message is held here from the put that gathered it
+ * until the flusher's hand-over (a wake-up and STEADY_NS later) or an
+ * earlier one: a process killed in that window loses it, as it loses a
+ * pipelined put still in the C queue's buffer (and multiprocessing one
+ * in its feeder thread's).
  *
  * The flusher: one thread a process, started by the first put that
  * gathers, owned by this file.  It sleeps on flusher_cond while no
