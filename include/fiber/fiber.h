@@ -900,6 +900,19 @@ FIBER_API int fiber_queue_create(fiber_queue **out, size_t capacity);
 FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
                               int timeout_ms);
 
+/* Appends count messages (msgs[i].data, msgs[i].len), in order, as count
+ * pipelined puts (fiber_queue_put with timeout -1) would, but in one
+ * call that writes them at once, in one frame (or a few: a frame holds
+ * up to 4096 messages or 256 KiB).  For a producer that gathers its
+ * messages itself (the Python binding does, to cross from Python to C
+ * once a batch): they arrive in order, after this handle's earlier puts,
+ * and count against its credit window (the call waits while the window
+ * is full, as a pipelined put does).  Returns 0, FIBER_EINVAL (msgs NULL
+ * with a count) or FIBER_ETOOBIG (a message exceeds max_message_bytes),
+ * in both cases before any is sent, or as fiber_queue_put otherwise. */
+FIBER_API int fiber_queue_put_batch(fiber_queue *q, const fiber_iov *msgs,
+                                    size_t count);
+
 /* Waits up to timeout_ms until every pipelined put of this handle is in
  * the queue.  Returns 0, the first failure of one of them (as above),
  * FIBER_ETIMEDOUT (also with timeout 0 while some are on their way) or
@@ -913,6 +926,16 @@ FIBER_API int fiber_queue_flush(fiber_queue *q, int timeout_ms);
  * server is told the message was taken (one small write, no round trip);
  * the handle meanwhile prefetches the next ones. */
 FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms);
+
+/* As fiber_queue_get with timeout 0, but it never waits and never asks
+ * the server: it takes the next message this handle already prefetched,
+ * or fails at once with FIBER_EAGAIN when the handle holds none (or
+ * another thread of the process is in a get on it); then a
+ * fiber_queue_get asks the server.  For callers that must not block
+ * where they are (the Python binding calls it holding the interpreter
+ * lock, and releases the lock only for a get that may wait).  Returns 0,
+ * FIBER_EAGAIN, or a failure of the prefetch (as fiber_queue_get). */
+FIBER_API int fiber_queue_try_get(fiber_queue *q, fiber_buf *out);
 
 /* As fiber_queue_get, but the message stays lent to this handle until
  * fiber_queue_ack(q, *lease): if the process dies (or frees the handle)

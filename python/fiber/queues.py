@@ -4,6 +4,12 @@ work between any processes of a run, on any backend).
 
 They pickle: pass one to a Process or a pool task in its arguments and use
 it there.  Only the master creates them.
+
+Queue.put and get pickle in the extension (_fiber.Queue.put_object and
+get_object, python/src/queue.c): on an unbounded queue put gathers its
+messages there and hands them to the C queue in batches; on a bounded one
+every put is answered, so put blocks while the queue is full
+(docs/python.md, "Queues").
 """
 import errno
 import pickle
@@ -39,6 +45,9 @@ class Queue:
             _handle = _fiber.Queue.create(maxsize if maxsize > 0 else 0)
         self._q = _handle
         self._maxsize = maxsize if maxsize > 0 else 0
+        # An unbounded queue pipelines puts (see the module's docstring);
+        # a bounded one answers each put, so that put blocks while full.
+        self._pipelined = not self._maxsize
         self._closed = False
         _runtime.used = True
 
@@ -50,24 +59,26 @@ class Queue:
         return self._q
 
     def put(self, obj, block=True, timeout=None):
-        q = self._usable("put")
-        data = _dumps(obj)
+        if self._closed or _runtime.forked_from is not None:
+            self._usable("put")
+        ms = -1 if block and timeout is None else _ms(block, timeout)
         try:
-            q.put(data, _ms(block, timeout))
+            self._q.put_object(obj, ms, self._pipelined)
         except _fiber.FiberError as e:
             if getattr(e, "code", None) in _WOULD_WAIT:
                 raise _stdqueue.Full from None
             raise
 
     def get(self, block=True, timeout=None):
-        q = self._usable("get")
+        if self._closed or _runtime.forked_from is not None:
+            self._usable("get")
+        ms = -1 if block and timeout is None else _ms(block, timeout)
         try:
-            data = q.get(_ms(block, timeout))
+            return self._q.get_object(ms)
         except _fiber.FiberError as e:
             if getattr(e, "code", None) in _WOULD_WAIT:
                 raise _stdqueue.Empty from None
             raise
-        return pickle.loads(data)
 
     def put_nowait(self, obj):
         return self.put(obj, False)
@@ -91,14 +102,24 @@ class Queue:
 
     def close(self):
         """As multiprocessing's: this process puts no more (the queue stays
-        usable by the others)."""
+        usable by the others).  Its puts already made still arrive."""
         self._closed = True
 
     def join_thread(self):
-        pass
+        """As multiprocessing's, after close(): waits until this process's
+        puts are in the queue (a put that returned may still be on its
+        way; the process's exit waits for them too)."""
+        if not self._closed:
+            # multiprocessing asserts the same
+            raise AssertionError("Queue %r is not closed: join_thread() "
+                                 "comes after close()" % self)
+        if _runtime.forked_from is None:
+            self._q.flush(-1)
 
     def cancel_join_thread(self):
-        pass
+        """Nothing to cancel: no feeder thread; a process's puts are
+        delivered before it exits whatever this says (multiprocessing may
+        drop them)."""
 
     def __reduce__(self):
         return (_rebuild_queue, (type(self), self._q.serialize(),

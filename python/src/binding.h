@@ -4,7 +4,9 @@
  * The extension is a thin layer over libfiber's public API (fiber.h),
  * which is linked in statically.  It moves bytes: pickling, the envelope
  * of a task and everything else that is simpler in Python lives in the
- * package's Python modules.  Rules every part keeps:
+ * package's Python modules, except a queue's pickling, which queue.c does
+ * (one call into C a message; its puts are batched there).  Rules every
+ * part keeps:
  *
  *   - The GIL is released around every libfiber call that may wait or move
  *     bytes (FB_NOGIL), and never held while libfiber holds one of its own
@@ -89,6 +91,9 @@ extern PyTypeObject FbpProcessType, FbpPoolType, FbpFutureType,
 int fbp_process_init(PyObject *m);
 int fbp_pool_init(PyObject *m);
 int fbp_queue_init(PyObject *m);
+/* Hands every queue handle's gathered puts to the C queue (queue.c);
+ * GIL held.  task.c calls it when a task returns. */
+void fbp_queue_flush_all(void);
 int fbp_manager_init(PyObject *m);
 int fbp_ring_init(PyObject *m);
 int fbp_object_init(PyObject *m);

@@ -1,13 +1,24 @@
 /*
  * queue.c -- _fiber.Queue over fiber_queue and _fiber.Pipe over
- * fiber_pipe: byte messages; fiber.queues pickles what travels.
+ * fiber_pipe.
+ *
+ * Queue.put_object and Queue.get_object (what fiber.Queue's put and get
+ * call) pickle and unpickle here, one call a message; on an unbounded
+ * queue, put_object gathers pipelined puts in the handle's send buffer
+ * and hands them to the C queue in batches ("the send buffer" below
+ * says when).  put, get and Pipe's send and recv move byte messages
+ * that the Python side pickled.
  *
  * A handle is created in the master (Queue.create, Pipe.create) or opened
  * from its serialised form in any process of the run (Queue.open,
  * Pipe.open), which is how the Python objects pickle.  Blocking calls
  * wait in slices (Ctrl-C is seen) with the GIL released.
  */
+#include <limits.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "binding.h"
 
@@ -18,16 +29,46 @@
  * fiber.queues refuses to use them with a clear error. */
 static int forked;
 
+static void flusher_forget(void);
+
 static void on_fork_child(void)
 {
     forked = 1;
+    flusher_forget();
 }
 
-typedef struct {
+typedef struct FbpQueue FbpQueue;
+
+struct FbpQueue {
     PyObject_HEAD
     fiber_queue *q;
     int shared; /* serialize() was called: copies may live elsewhere */
-} FbpQueue;
+    /* The send buffer: pickled messages of pipelined puts (put_object on
+     * an unbounded queue) not yet handed to the C queue, back to back in
+     * pending, their lengths in lens.  Under mu, which is taken with the
+     * GIL held or without it, but never held while waiting for the GIL. */
+    pthread_mutex_t mu;
+    fiber_buf pending;
+    size_t *lens;
+    size_t n_pending;
+    /* A hand-over swaps pending and lens with these under mu, then sends
+     * them with only send_mu held, so puts gather meanwhile; send_mu
+     * makes the batches go one at a time, in order.  Taken before mu,
+     * with the GIL held or not, never held while waiting for the GIL. */
+    pthread_mutex_t send_mu;
+    fiber_buf sending;
+    size_t *send_lens;
+    size_t n_sending;   /* read by settle without a lock */
+    fiber_iov *iov;     /* room for BATCH_MAX, built at each hand-over */
+    fiber_buf rbuf; /* get_object's, for a prefetched message; GIL held */
+    uint64_t first_ns;    /* when the first of them was gathered */
+    uint64_t last_put_ns;
+    int err;         /* a hand-over by the flusher failed: the next call */
+    char err_text[256]; /* on this handle reports it, once */
+    /* On the flusher's list (under flusher_mu). */
+    int listed;
+    FbpQueue *next_listed;
+};
 
 typedef struct {
     PyObject_HEAD
@@ -44,6 +85,312 @@ static PyObject *status(int rc, const char *msg)
     Py_RETURN_NONE;
 }
 
+/* ---- the send buffer ------------------------------------------------------
+ *
+ * A Python put costs a pickle and a call into C; the C queue's own
+ * coalescing (fiber_queue_put) then pays a lock and a wake-up of its
+ * flusher for nearly every message at Python's pace.  So pipelined puts
+ * gather here and cross into C as one fiber_queue_put_batch (one frame
+ * on the wire) per batch:
+ *
+ *   - a put that follows the handle's previous put by more than
+ *     STEADY_NS (a lone put, or the first after a pause) is handed over
+ *     at once, with whatever is gathered: a lone put is on the wire when
+ *     put returns, as fiber_queue_put's is;
+ *   - puts closer than that gather, and a batch goes when it holds
+ *     BATCH_MAX messages or BATCH_BYTES, when its first message is
+ *     HOLD_NS old (at the next put), or STEADY_NS after the flusher
+ *     thread (below) woke, which a put asks for as soon as something is
+ *     gathered: the tail of a burst waits a thread wake-up and
+ *     STEADY_NS, tens of microseconds;
+ *   - any other call on the handle (get, size, flush, a put with a
+ *     timeout, its end) hands over what is gathered first, so a process
+ *     sees its own puts in order, and fbp_queue_flush_all (task.c, when a
+ *     Process target or a pool task returns) hands over every handle's,
+ *     before the C runtime waits for the pipelined puts at a job's exit.
+ *
+ * Order holds: a handle's messages are handed over in put order, by one
+ * thread at a time (send_mu); the puts meanwhile gather in the other
+ * buffer (mu).  A message is held here from the put that gathered it
+ * until the flusher's hand-over (a wake-up and STEADY_NS later) or an
+ * earlier one: a process killed in that window loses it, as it loses a
+ * pipelined put still in the C queue's buffer (and multiprocessing one
+ * in its feeder thread's).
+ *
+ * The flusher: one thread a process, started by the first put that
+ * gathers, owned by this file.  It sleeps on flusher_cond while no
+ * handle is listed and never takes the GIL.  It runs until the process
+ * ends (a daemon: it holds nothing a process needs at its exit, which
+ * flushes with fbp_queue_flush_all). */
+
+#define STEADY_NS 20000        /* puts closer than this gather */
+#define HOLD_NS 100000         /* a batch older than this goes */
+#define BATCH_MAX 256          /* messages in one hand-over */
+#define BATCH_BYTES (64u << 10)
+#define RBUF_KEEP (1u << 20) /* get_object keeps a buffer up to this */
+
+static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t flusher_cond = PTHREAD_COND_INITIALIZER;
+static FbpQueue *flusher_list;  /* handles with something gathered */
+static int flusher_started, flusher_idle;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Hands what self gathered to the C queue: send_mu held (not mu), GIL
+ * not needed.  A failure is returned and also kept for the handle's
+ * next call when keep (the flusher: nobody waits for its answer).  The
+ * gathered messages go whatever the outcome (those after a failure are
+ * not in the queue, as for fiber_queue_put). */
+static int hand_over(FbpQueue *self, int keep)
+{
+    pthread_mutex_lock(&self->mu);
+    size_t n = self->n_pending;
+    if (n) {
+        fiber_buf b = self->sending;
+        size_t *l = self->send_lens;
+        self->sending = self->pending;
+        self->send_lens = self->lens;
+        self->pending = b;
+        self->pending.len = 0;
+        self->lens = l;
+        __atomic_store_n(&self->n_sending, n, __ATOMIC_RELAXED);
+        self->n_pending = 0;
+    }
+    pthread_mutex_unlock(&self->mu);
+    if (n == 0)
+        return 0;
+    const char *d = (const char *)self->sending.data;
+    for (size_t i = 0; i < n; i++) {
+        self->iov[i] = (fiber_iov){d, self->send_lens[i]};
+        d += self->send_lens[i];
+    }
+    int rc = fiber_queue_put_batch(self->q, self->iov, n);
+    /* settle's look without a lock: 0 means the batch is in the C queue */
+    __atomic_store_n(&self->n_sending, 0, __ATOMIC_RELEASE);
+    if (rc && keep) {
+        pthread_mutex_lock(&self->mu);
+        if (!self->err) {
+            snprintf(self->err_text, sizeof self->err_text, "%s",
+                     fiber_last_error());
+            __atomic_store_n(&self->err, rc, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&self->mu);
+    }
+    return rc;
+}
+
+/* Hands over what every listed handle gathered and empties the list;
+ * flusher_mu held. */
+static void hand_over_listed(void)
+{
+    while (flusher_list) {
+        FbpQueue *self = flusher_list;
+        flusher_list = self->next_listed;
+        self->listed = 0;
+        self->next_listed = NULL;
+        pthread_mutex_lock(&self->send_mu);
+        hand_over(self, 1);
+        pthread_mutex_unlock(&self->send_mu);
+    }
+}
+
+/* Woken by the first gathered put of a batch, the flusher lets the
+ * producer gather for STEADY_NS more (a steady producer hands over
+ * itself at BATCH_MAX or HOLD_NS), then hands over what is there.  So a
+ * put held here waits STEADY_NS and a thread wake-up at most: longer
+ * would make bigger batches but would also hold the put of a
+ * request-response exchange quicker than STEADY_NS (a put, then a get
+ * on another queue) for as long. */
+static void *flusher_main(void *unused)
+{
+    (void)unused;
+    struct timespec gather_more = {0, STEADY_NS};
+    pthread_mutex_lock(&flusher_mu);
+    for (;;) {
+        while (!flusher_list) {
+            flusher_idle = 1;
+            pthread_cond_wait(&flusher_cond, &flusher_mu);
+            flusher_idle = 0;
+        }
+        pthread_mutex_unlock(&flusher_mu);
+        nanosleep(&gather_more, NULL);
+        pthread_mutex_lock(&flusher_mu);
+        hand_over_listed();
+    }
+    return NULL;
+}
+
+/* In a child fork() made: the flusher thread did not come along, and
+ * the listed handles are the parent's; a put here starts a flusher of
+ * its own (fiber.queues refuses the parent's handles before that). */
+static void flusher_forget(void)
+{
+    pthread_mutex_init(&flusher_mu, NULL);
+    pthread_cond_init(&flusher_cond, NULL);
+    flusher_list = NULL;
+    flusher_started = flusher_idle = 0;
+}
+
+/* Lists self for the flusher (starting it the first time); returns -1
+ * when no thread can be started (the caller hands over itself). */
+static int list_for_flusher(FbpQueue *self)
+{
+    int rc = 0;
+    pthread_mutex_lock(&flusher_mu);
+    if (!flusher_started) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        /* no signal is delivered to it: Python's handlers run on the main
+         * thread, and the flusher never runs Python */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        flusher_started = pthread_create(&t, &a, flusher_main, NULL) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&a);
+        if (!flusher_started)
+            rc = -1;
+    }
+    if (rc == 0 && !self->listed) {
+        self->listed = 1;
+        self->next_listed = flusher_list;
+        flusher_list = self;
+        if (flusher_idle) {
+            flusher_idle = 0; /* one signal a wake-up */
+            pthread_cond_signal(&flusher_cond);
+        }
+    }
+    pthread_mutex_unlock(&flusher_mu);
+    return rc;
+}
+
+/* Takes self off the flusher's list (its end, or a hand-over of its
+ * own made it needless); GIL held or not. */
+static void unlist(FbpQueue *self)
+{
+    pthread_mutex_lock(&flusher_mu);
+    if (self->listed) {
+        FbpQueue **pp = &flusher_list;
+        while (*pp != self)
+            pp = &(*pp)->next_listed;
+        *pp = self->next_listed;
+        self->listed = 0;
+        self->next_listed = NULL;
+    }
+    pthread_mutex_unlock(&flusher_mu);
+}
+
+/* Hands over what self gathered, from a call with the GIL held; returns
+ * 0 or a code (with its text in msg), which includes a failure of an
+ * earlier hand-over by the flusher. */
+static int settle(FbpQueue *self, char *msg, size_t msg_size)
+{
+    int rc;
+    if (__atomic_load_n(&self->n_pending, __ATOMIC_ACQUIRE) == 0 &&
+        __atomic_load_n(&self->n_sending, __ATOMIC_ACQUIRE) == 0 &&
+        __atomic_load_n(&self->err, __ATOMIC_ACQUIRE) == 0)
+        return 0;
+    pthread_mutex_lock(&self->send_mu); /* its holders never wait for */
+    Py_BEGIN_ALLOW_THREADS              /* the GIL */
+    rc = hand_over(self, 0);
+    if (rc)
+        snprintf(msg, msg_size, "%s", fiber_last_error());
+    pthread_mutex_lock(&self->mu);
+    if (rc == 0 && self->err) {
+        rc = self->err;
+        snprintf(msg, msg_size, "%s", self->err_text);
+    }
+    self->err = 0;
+    pthread_mutex_unlock(&self->mu);
+    pthread_mutex_unlock(&self->send_mu);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+/* Gathers data (a pickle) for a pipelined put: hands it over now (with
+ * what was gathered before it) when it is a lone put or the batch is
+ * full, else leaves it to the flusher.  GIL held.  Returns 0 or a code
+ * with its text in msg. */
+/* Hands over what self gathered, from a put: GIL held, released for the
+ * send.  Returns 0 or a code with its text in msg. */
+static int hand_over_now(FbpQueue *self, char *msg, size_t msg_size)
+{
+    int rc;
+    pthread_mutex_lock(&self->send_mu);
+    Py_BEGIN_ALLOW_THREADS
+    rc = hand_over(self, 0);
+    if (rc)
+        snprintf(msg, msg_size, "%s", fiber_last_error());
+    pthread_mutex_unlock(&self->send_mu);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
+{
+    size_t len = (size_t)PyBytes_GET_SIZE(data);
+    uint64_t now = now_ns();
+    pthread_mutex_lock(&self->mu);
+    /* Other threads of the process may have filled the batch since its
+     * last check (a hand-over is made without mu): it goes first. */
+    while (self->n_pending >= BATCH_MAX) {
+        pthread_mutex_unlock(&self->mu);
+        int rc = hand_over_now(self, msg, msg_size);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&self->mu);
+    }
+    int rc = self->err;
+    if (rc) {
+        snprintf(msg, msg_size, "%s", self->err_text);
+        self->err = 0;
+        pthread_mutex_unlock(&self->mu);
+        return rc;
+    }
+    if (!self->lens) {
+        self->lens = malloc(BATCH_MAX * sizeof *self->lens);
+        self->send_lens = malloc(BATCH_MAX * sizeof *self->send_lens);
+        self->iov = malloc(BATCH_MAX * sizeof *self->iov);
+    }
+    if (!self->lens || !self->send_lens || !self->iov ||
+        fiber_buf_append(&self->pending, PyBytes_AS_STRING(data), len)) {
+        pthread_mutex_unlock(&self->mu);
+        snprintf(msg, msg_size, "out of memory for a queue's send buffer");
+        return FIBER_ENOMEM;
+    }
+    if (self->n_pending == 0)
+        self->first_ns = now;
+    self->lens[self->n_pending++] = len;
+    int steady = now - self->last_put_ns < STEADY_NS;
+    self->last_put_ns = now;
+    int now_please = !steady || self->n_pending >= BATCH_MAX ||
+                     self->pending.len >= BATCH_BYTES ||
+                     now - self->first_ns >= HOLD_NS;
+    int first = self->n_pending == 1;
+    pthread_mutex_unlock(&self->mu);
+    if (now_please)
+        return hand_over_now(self, msg, msg_size);
+    if (first && list_for_flusher(self) != 0) /* no thread: now */
+        return settle(self, msg, msg_size);
+    return 0;
+}
+
+void fbp_queue_flush_all(void)
+{
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&flusher_mu);
+    hand_over_listed();
+    pthread_mutex_unlock(&flusher_mu);
+    Py_END_ALLOW_THREADS
+}
+
 /* ---- queue ---------------------------------------------------------------- */
 
 static FbpQueue *queue_wrap(fiber_queue *q)
@@ -55,6 +402,22 @@ static FbpQueue *queue_wrap(fiber_queue *q)
     }
     self->q = q;
     self->shared = 0;
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_mutex_init(&self->send_mu, NULL);
+    self->pending = (fiber_buf){0};
+    self->sending = (fiber_buf){0};
+    self->rbuf = (fiber_buf){0};
+    self->lens = NULL;
+    self->send_lens = NULL;
+    self->iov = NULL;
+    self->n_pending = 0;
+    self->n_sending = 0;
+    self->first_ns = 0;
+    self->last_put_ns = 0;
+    self->err = 0;
+    self->err_text[0] = '\0';
+    self->listed = 0;
+    self->next_listed = NULL;
     return self;
 }
 
@@ -104,6 +467,22 @@ static PyObject *queue_open(PyObject *cls, PyObject *args)
  * two are the same. */
 static void queue_dealloc(FbpQueue *self)
 {
+    if (!forked) { /* what it gathered goes first */
+        unlist(self);
+        pthread_mutex_lock(&self->send_mu);
+        Py_BEGIN_ALLOW_THREADS
+        hand_over(self, 0);
+        pthread_mutex_unlock(&self->send_mu);
+        Py_END_ALLOW_THREADS
+    }
+    pthread_mutex_destroy(&self->mu);
+    pthread_mutex_destroy(&self->send_mu);
+    fiber_buf_free(&self->pending);
+    fiber_buf_free(&self->sending);
+    fiber_buf_free(&self->rbuf);
+    free(self->lens);
+    free(self->send_lens);
+    free(self->iov);
     fiber_queue *q = self->q;
     self->q = NULL;
     if (forked)
@@ -173,19 +552,156 @@ static PyObject *get_common(fiber_queue *q, fiber_pipe *p, PyObject *args)
 
 static PyObject *queue_put(FbpQueue *self, PyObject *args)
 {
-    return put_common(self->q, NULL, args);
+    char msg[1024] = "";
+    int rc = settle(self, msg, sizeof msg);
+    return rc ? status(rc, msg) : put_common(self->q, NULL, args);
 }
 
 static PyObject *queue_get(FbpQueue *self, PyObject *args)
 {
-    return get_common(self->q, NULL, args);
+    char msg[1024] = "";
+    int rc = settle(self, msg, sizeof msg);
+    return rc ? status(rc, msg) : get_common(self->q, NULL, args);
+}
+
+/* ---- objects: pickled here, one C call a message ------------------------ */
+
+/* pickle.dumps, pickle.loads and the protocol number 5, set by
+ * fbp_queue_init: put_object and get_object pickle in C, without a frame
+ * of Python code a message. */
+static PyObject *pickle_dumps, *pickle_loads, *protocol_5;
+
+/* A timeout in ms from a Python int (-1 forever); -2 with an exception
+ * set when it is not one. */
+static int timeout_arg(PyObject *o)
+{
+    long ms = PyLong_AsLong(o);
+    if (ms == -1 && PyErr_Occurred())
+        return -2;
+    if (ms < -1 || ms > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "timeout_ms must be -1..%d, not %ld",
+                     INT_MAX, ms);
+        return -2;
+    }
+    return (int)ms;
+}
+
+/* Puts the pickle data: with timeout_ms < 0 and pipelined, gathered in
+ * the send buffer (above); otherwise, after what was gathered, as one
+ * synchronous put, waited for in slices. */
+static int put_bytes(FbpQueue *self, PyObject *data, int timeout_ms,
+                     int pipelined, char *msg, size_t msg_size)
+{
+    if (timeout_ms < 0 && pipelined)
+        return gather(self, data, msg, msg_size);
+    int rc = settle(self, msg, msg_size);
+    if (rc)
+        return rc;
+    struct qput c = {self->q, NULL, PyBytes_AS_STRING(data),
+                     (size_t)PyBytes_GET_SIZE(data)};
+    return fbp_wait_sliced(put_step, &c, timeout_ms, msg, msg_size);
+}
+
+/* put_object(obj, timeout_ms, pipelined): pickles obj (protocol 5; a
+ * pickling error is raised here, by the put that caused it) and puts it.
+ * pipelined (true only for an unbounded queue, where a put never waits
+ * for room) lets a put without a timeout return before the server has
+ * the message; on a bounded queue every put is answered, so that put
+ * blocks while the queue is full, as multiprocessing's does. */
+static PyObject *queue_put_object(FbpQueue *self, PyObject *const *args,
+                                  Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "put_object(obj, timeout_ms, pipelined)");
+        return NULL;
+    }
+    int timeout_ms = timeout_arg(args[1]);
+    if (timeout_ms == -2)
+        return NULL;
+    int pipelined = PyObject_IsTrue(args[2]);
+    if (pipelined < 0)
+        return NULL;
+    PyObject *call[2] = {args[0], protocol_5};
+    PyObject *data = PyObject_Vectorcall(pickle_dumps, call, 2, NULL);
+    if (!data)
+        return NULL;
+    char msg[1024];
+    msg[0] = '\0';
+    int rc = put_bytes(self, data, timeout_ms, pipelined, msg, sizeof msg);
+    Py_DECREF(data);
+    return status(rc, msg);
+}
+
+/* get_object(timeout_ms): takes a message and unpickles it.  A message
+ * the handle prefetched is taken with the GIL held (fiber_queue_try_get
+ * never waits), into the handle's reused buffer rbuf, which nothing else
+ * touches while the GIL is held; only a get that may wait (nothing
+ * prefetched) releases the GIL, with a buffer of its own. */
+static PyObject *queue_get_object(FbpQueue *self, PyObject *arg)
+{
+    int timeout_ms = timeout_arg(arg);
+    if (timeout_ms == -2)
+        return NULL;
+    fiber_buf b = {0};
+    fiber_buf *got = &self->rbuf;
+    char msg[1024];
+    msg[0] = '\0';
+    int rc = settle(self, msg, sizeof msg);
+    if (rc == 0) {
+        self->rbuf.len = 0;
+        rc = fiber_queue_try_get(self->q, &self->rbuf);
+        if (rc == FIBER_EAGAIN) {
+            struct qget c = {self->q, NULL, &b};
+            got = &b;
+            rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
+        } else if (rc) {
+            snprintf(msg, sizeof msg, "%s", fiber_last_error());
+        }
+    }
+    PyObject *res = NULL;
+    if (rc == 0) {
+        PyObject *data = fbp_bytes_of(got);
+        if (self->rbuf.cap > RBUF_KEEP)
+            fiber_buf_free(&self->rbuf); /* a large one is not kept */
+        if (data) {
+            res = PyObject_CallOneArg(pickle_loads, data);
+            Py_DECREF(data);
+        }
+    } else {
+        status(rc, msg);
+    }
+    fiber_buf_free(&b);
+    return res;
+}
+
+/* flush(timeout_ms): waits until this handle's pipelined puts are in the
+ * queue (in slices, so Ctrl-C is seen). */
+static int flush_step(void *ctx, int slice_ms)
+{
+    return fiber_queue_flush(ctx, slice_ms);
+}
+
+static PyObject *queue_flush(FbpQueue *self, PyObject *args)
+{
+    int timeout_ms = -1;
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
+        return NULL;
+    char msg[1024] = "";
+    int rc = settle(self, msg, sizeof msg);
+    if (rc == 0)
+        rc = fbp_wait_sliced(flush_step, self->q, timeout_ms, msg, sizeof msg);
+    return status(rc, msg);
 }
 
 static PyObject *queue_size(FbpQueue *self, PyObject *unused)
 {
     (void)unused;
     size_t n = 0;
-    int rc;
+    char msg[1024] = "";
+    int rc = settle(self, msg, sizeof msg);
+    if (rc)
+        return status(rc, msg);
     FB_NOGIL(rc = fiber_queue_size(self->q, &n));
     if (rc)
         return fbp_raise_last(rc);
@@ -195,7 +711,10 @@ static PyObject *queue_size(FbpQueue *self, PyObject *unused)
 static PyObject *queue_close(FbpQueue *self, PyObject *unused)
 {
     (void)unused;
-    int rc;
+    char msg[1024] = "";
+    int rc = settle(self, msg, sizeof msg);
+    if (rc)
+        return status(rc, msg);
     FB_NOGIL(rc = fiber_queue_close(self->q));
     if (rc)
         return fbp_raise_last(rc);
@@ -219,6 +738,10 @@ static PyMethodDef queue_methods[] = {
     {"open", (PyCFunction)queue_open, METH_VARARGS | METH_CLASS, NULL},
     {"put", (PyCFunction)queue_put, METH_VARARGS, NULL},
     {"get", (PyCFunction)queue_get, METH_VARARGS, NULL},
+    {"put_object", (PyCFunction)(void (*)(void))queue_put_object,
+     METH_FASTCALL, NULL},
+    {"get_object", (PyCFunction)queue_get_object, METH_O, NULL},
+    {"flush", (PyCFunction)queue_flush, METH_VARARGS, NULL},
     {"size", (PyCFunction)queue_size, METH_NOARGS, NULL},
     {"close", (PyCFunction)queue_close, METH_NOARGS, NULL},
     {"serialize", (PyCFunction)queue_serialize, METH_NOARGS, NULL},
@@ -351,6 +874,15 @@ int fbp_queue_init(PyObject *m)
     if (PyType_Ready(&FbpQueueType) < 0 || PyType_Ready(&FbpPipeType) < 0)
         return -1;
     pthread_atfork(NULL, NULL, on_fork_child);
+    PyObject *pickle = PyImport_ImportModule("pickle");
+    if (!pickle)
+        return -1;
+    pickle_dumps = PyObject_GetAttrString(pickle, "dumps");
+    pickle_loads = PyObject_GetAttrString(pickle, "loads");
+    Py_DECREF(pickle);
+    protocol_5 = PyLong_FromLong(5);
+    if (!pickle_dumps || !pickle_loads || !protocol_5)
+        return -1;
     if (PyModule_AddObjectRef(m, "Queue", (PyObject *)&FbpQueueType) != 0)
         return -1;
     return PyModule_AddObjectRef(m, "Pipe", (PyObject *)&FbpPipeType);

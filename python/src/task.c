@@ -87,6 +87,9 @@ FIBER_TASK(fiber_py_task)
     PyObject *res = mv ? PyObject_CallOneArg(fbp_task_handler, mv) : NULL;
     if (mv)
         release_view(mv);
+    /* The puts the task gathered reach the C queue before its result
+     * leaves and before the job's exit waits for the pipelined puts. */
+    fbp_queue_flush_all();
     if (res) {
         rc = take_answer(res, out);
         Py_DECREF(res);

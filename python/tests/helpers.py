@@ -248,3 +248,43 @@ def make_pid_cartpole():
             return self.env.step(action)
 
     return PidEnv(gymnasium.make("CartPole-v1"))
+
+
+# ---- test_queue_batching.py ------------------------------------------------
+
+def put_numbered(q, ident, n, then_sleep=0.0):
+    """Puts (ident, 0) .. (ident, n - 1) as fast as it can, then sleeps
+    then_sleep seconds (the process stays alive, nothing is flushed by
+    an exit) and returns."""
+    put = q.put
+    for i in range(n):
+        put((ident, i))
+    time.sleep(then_sleep)
+
+
+def get_all_until_none(q, out):
+    """Gets until None; sends everything it got, in its order, on out."""
+    got = []
+    while True:
+        item = q.get(timeout=60)
+        if item is None:
+            break
+        got.append(item)
+    out.put(got, timeout=60)
+
+
+def take_some_then_hang(q, k, out):
+    """Gets k items, reports them (a synchronous put: they are in out
+    when it returns), then waits to be killed, holding whatever its
+    handle prefetched."""
+    got = [q.get(timeout=60) for _ in range(k)]
+    out.put(got, timeout=60)
+    time.sleep(600)
+
+
+def put_each_then_report(q, items, out):
+    """Puts items one by one (on a bounded queue put blocks while it is
+    full), then says so on out."""
+    for item in items:
+        q.put(item)
+    out.put("all put", timeout=60)

@@ -822,33 +822,47 @@ static int join_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
     return 1;
 }
 
+/* Starts a new pipelined put frame carrying item, which later puts of
+ * the same credit may join; mu held. */
+static int new_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
+                    struct fb_ocredit *cr, const fiber_iov *item)
+{
+    struct fb_owait *w = calloc(1, sizeof *w);
+    if (!w)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    size_t off = fb_conn_out(&c->conn)->len;
+    int rc = append_call(c, w, obj, op, -1, item, 1);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    w->credit = cr;
+    w->n = 1;
+    c->co_wait = w;
+    c->co_off = off;
+    return 0;
+}
+
 int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
-                  const fiber_iov *item, struct fb_ocredit *cr, int defer)
+                  const fiber_iov *items, size_t count, struct fb_ocredit *cr,
+                  int defer)
 {
     pthread_mutex_lock(&c->mu);
     int rc = 0;
-    if (!join_putn(c, obj, op, cr, item)) {
-        struct fb_owait *w = calloc(1, sizeof *w);
-        size_t off = fb_conn_out(&c->conn)->len;
-        rc = w ? append_call(c, w, obj, op, -1, item, 1)
-               : fb_err(FIBER_ENOMEM, "out of memory");
-        if (rc) {
-            free(w);
-            pthread_mutex_unlock(&c->mu);
-            return rc;
-        }
-        w->credit = cr;
-        w->n = 1;
-        c->co_wait = w;
-        c->co_off = off;
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        if (!join_putn(c, obj, op, cr, &items[i]))
+            rc = new_putn(c, obj, op, cr, &items[i]);
+        if (rc == 0)
+            __atomic_add_fetch(&cr->outstanding, 1, __ATOMIC_RELAXED);
     }
-    __atomic_add_fetch(&cr->outstanding, 1, __ATOMIC_RELAXED);
-    if (!defer || fb_conn_encrypted(&c->conn) || hand_to_flusher(c) != 0)
-        rc = oc_write(c);
+    /* On a failure (out of memory) the items before it are on their way
+     * all the same; they are written with the next write. */
+    if (rc == 0 && (!defer || fb_conn_encrypted(&c->conn) || hand_to_flusher(c) != 0) &&
+        oc_write(c) != 0)
+        rc = fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
+                    c->addr, c->dead_why);
     pthread_mutex_unlock(&c->mu);
-    return rc ? fb_err(FIBER_ECLOSED, "the object server at %s is gone: %s",
-                       c->addr, c->dead_why)
-              : 0;
+    return rc;
 }
 
 struct credit_limit {

@@ -234,14 +234,17 @@ struct fb_ocredit {
     char text[FB_WIRE_TEXT_MAX + 1];
 };
 
-/* Sends item as one more put (op, with timeout -1) on obj without
- * waiting for the answer, counting it in cr.  Consecutive puts of the
- * same credit that are still unsent travel in one call (op must take any
- * number of items).  With defer, the connection's flusher thread writes
- * the frame (puts then batch); without, it is written now.  FIBER_ECLOSED
- * if the server is gone. */
+/* Sends each of the count items as one more put (op, with timeout -1)
+ * on obj without waiting for the answer, counting them in cr.
+ * Consecutive puts of the same credit that are still unsent travel in one
+ * call (op must take any number of items), up to a size.  With defer, the
+ * connection's flusher thread writes the frames (puts then batch);
+ * without, they are written now.  FIBER_ECLOSED if the server is gone;
+ * FIBER_ENOMEM when an item could not be added (those before it are
+ * sent). */
 int fb_ocall_putn(struct fb_oclient *c, uint32_t obj, int32_t op,
-                  const fiber_iov *item, struct fb_ocredit *cr, int defer);
+                  const fiber_iov *items, size_t count, struct fb_ocredit *cr,
+                  int defer);
 /* Waits until at most limit of cr's puts are unanswered, the server is
  * gone (FIBER_ECLOSED) or the deadline passes (FIBER_ETIMEDOUT).  When it
  * has to wait, it waits until at most limit / 2 are (hysteresis: a

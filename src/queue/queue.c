@@ -195,8 +195,31 @@ FIBER_API int fiber_queue_put(fiber_queue *q, const void *data, size_t len,
     uint64_t now = fb_now_ns();
     int steady = now - q->last_put_ns < STEADY_PUT_NS;
     q->last_put_ns = now;
-    return fb_ocall_putn(q->h.c, q->h.obj, FB_QOP_PUT, &item, &q->credit,
+    return fb_ocall_putn(q->h.c, q->h.obj, FB_QOP_PUT, &item, 1, &q->credit,
                          steady);
+}
+
+FIBER_API int fiber_queue_put_batch(fiber_queue *q, const fiber_iov *msgs,
+                                    size_t count)
+{
+    int rc = check_queue(q);
+    if (rc == 0 && count && !msgs)
+        rc = fb_err(FIBER_EINVAL, "fiber_queue_put_batch: msgs is NULL");
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        rc = fb_message_check(msgs[i].data, msgs[i].len);
+    /* In parts that fit the credit window with room to spare. */
+    while (rc == 0 && count) {
+        size_t n = count < PUT_WINDOW / 4 ? count : PUT_WINDOW / 4;
+        rc = fb_ocredit_wait(q->h.c, &q->credit, PUT_WINDOW - n, UINT64_MAX);
+        if (rc == 0)
+            rc = fb_ocall_putn(q->h.c, q->h.obj, FB_QOP_PUT, msgs, n,
+                               &q->credit, 0);
+        msgs += n;
+        count -= n;
+    }
+    if (rc == 0)
+        q->last_put_ns = fb_now_ns();
+    return rc ? named(q, rc) : 0;
 }
 
 FIBER_API int fiber_queue_flush(fiber_queue *q, int timeout_ms)
@@ -404,6 +427,26 @@ FIBER_API int fiber_queue_get(fiber_queue *q, fiber_buf *out, int timeout_ms)
     int rc = check_queue(q);
     uint64_t seq;
     return rc ? rc : get_item(q, out, 0, &seq, timeout_ms);
+}
+
+FIBER_API int fiber_queue_try_get(fiber_queue *q, fiber_buf *out)
+{
+    int rc = check_queue(q);
+    if (rc)
+        return rc;
+    if (pthread_mutex_trylock(&q->mu) != 0) /* another thread's get */
+        return fb_err(FIBER_EAGAIN, "the handle is in use by another "
+                                    "thread's get");
+    /* A refill asked for ahead of time may have come (a look, no wait). */
+    if (q->batch_left == 0 && q->pending && fb_owait_ready(q->pending))
+        rc = install(q);
+    uint64_t seq;
+    if (rc == 0 && q->batch_left == 0)
+        rc = fb_err(FIBER_EAGAIN, "this handle holds no prefetched message");
+    else if (rc == 0)
+        rc = take(q, out, 0, &seq);
+    pthread_mutex_unlock(&q->mu);
+    return named(q, rc);
 }
 
 FIBER_API int fiber_queue_get_lease(fiber_queue *q, fiber_buf *out,

@@ -148,6 +148,73 @@ TEST(put_get_in_one_process)
     fiber_queue_free(q);
 }
 
+TEST(put_batch_keeps_order_with_single_puts)
+{
+    enum { N = 5000 }; /* more than one frame of a batch (4096) */
+    fiber_queue *q;
+    CHECK_OK(fiber_queue_create(&q, 0));
+    static int vals[N];
+    static fiber_iov msgs[N];
+    for (int i = 0; i < N; i++) {
+        vals[i] = i + 1;
+        msgs[i] = (fiber_iov){&vals[i], sizeof vals[i]};
+    }
+    int zero = 0;
+    CHECK_OK(fiber_queue_put(q, &zero, sizeof zero, -1));
+    CHECK_OK(fiber_queue_put_batch(q, msgs, N));
+    CHECK_OK(fiber_queue_put_batch(q, msgs, 0)); /* nothing: no error */
+    int last = N + 1;
+    CHECK_OK(fiber_queue_put(q, &last, sizeof last, -1));
+    CHECK_ERR(fiber_queue_put_batch(q, NULL, 3), FIBER_EINVAL);
+    fiber_iov big[2] = {{&zero, sizeof zero}, {&zero, (size_t)1 << 40}};
+    CHECK_ERR(fiber_queue_put_batch(q, big, 2), FIBER_ETOOBIG);
+    CHECK_ERR(fiber_queue_put_batch(NULL, msgs, 1), FIBER_EINVAL);
+    CHECK_OK(fiber_queue_flush(q, 10000));
+    size_t n;
+    CHECK_OK(fiber_queue_size(q, &n));
+    CHECK_EQ(n, N + 2); /* the refused batches put nothing */
+    fiber_buf b = {0};
+    for (int i = 0; i < N + 2; i++) {
+        b.len = 0;
+        CHECK_OK(fiber_queue_get(q, &b, 0));
+        CHECK_EQ(b.len, sizeof(int));
+        CHECK_EQ(*(int *)b.data, i);
+    }
+    CHECK_ERR(fiber_queue_get(q, &b, 0), FIBER_EAGAIN);
+    fiber_buf_free(&b);
+    fiber_queue_free(q);
+}
+
+TEST(try_get_takes_only_what_the_handle_prefetched)
+{
+    fiber_queue *q;
+    CHECK_OK(fiber_queue_create(&q, 0));
+    fiber_buf b = {0};
+    /* nothing asked for yet: nothing held, whatever the queue has */
+    int v = 7;
+    CHECK_OK(fiber_queue_put(q, &v, sizeof v, 0));
+    CHECK_ERR(fiber_queue_try_get(q, &b), FIBER_EAGAIN);
+    CHECK_CONTAINS(fiber_last_error(), "prefetched");
+    for (int i = 0; i < 10; i++)
+        CHECK_OK(fiber_queue_put(q, &i, sizeof i, 0));
+    /* a get lends the handle a window: the next ones need no server */
+    CHECK_OK(fiber_queue_get(q, &b, 1000));
+    CHECK_EQ(*(int *)b.data, 7);
+    for (int i = 0; i < 10; i++) {
+        b.len = 0;
+        CHECK_OK(fiber_queue_try_get(q, &b));
+        CHECK_EQ(b.len, sizeof(int));
+        CHECK_EQ(*(int *)b.data, i);
+    }
+    CHECK_ERR(fiber_queue_try_get(q, &b), FIBER_EAGAIN);
+    size_t n;
+    CHECK_OK(fiber_queue_size(q, &n));
+    CHECK_EQ(n, 0); /* what try_get returned was taken */
+    CHECK_ERR(fiber_queue_try_get(NULL, &b), FIBER_EINVAL);
+    fiber_buf_free(&b);
+    fiber_queue_free(q);
+}
+
 TEST(child_producer_keeps_order)
 {
     fiber_queue *q;
