@@ -43,6 +43,7 @@ def test_steps_exactly_as_gymnasiums_sync_vector_env():
         ref.close()
 
 
+@pytest.mark.local_only  # compares the jobs' pids with this host's
 def test_call_get_attr_set_attr_and_close():
     envs = VectorEnv([helpers.make_pid_cartpole] * 2)
     try:
@@ -63,6 +64,7 @@ def test_call_get_attr_set_attr_and_close():
         VectorEnv([3])
 
 
+@pytest.mark.local_only  # signals jobs by their pids on this host
 def test_a_killed_sub_environment_is_restarted_and_reported_once():
     envs = VectorEnv([helpers.make_pid_cartpole] * 3)
     try:
@@ -99,6 +101,7 @@ def test_an_exception_in_step_truncates_that_episode_and_goes_on():
         envs.close()
 
 
+@pytest.mark.local_only  # signals jobs by their pids on this host
 def test_random_kills_during_100000_steps_lose_no_step():
     """25,000 steps of 4 sub-environments (100,000 env steps); a random
     sub-environment's job is SIGKILLed about every 2,500 steps.  Every step

@@ -11,6 +11,10 @@ pytest.importorskip("gymnasium")
 
 from conftest import PKG  # noqa: E402
 
+# The example's script is on this host only; the vector itself is tested
+# on every backend (test_gym).
+pytestmark = pytest.mark.local_only
+
 EXAMPLES = os.path.join(os.path.dirname(PKG), "examples", "python")
 
 
