@@ -21,7 +21,7 @@
 static const char *const all_keys[] = {
     "backend",           "log_level",          "log_dir",
     "transport",         "listen_host",        "connect_timeout_ms",
-    "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms",
+    "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms", "fork_server",
     "image",             "docker_socket",      "docker_network",
     "docker_mounts",     "docker_build_image", "listen_interface",
     "encryption",        "max_pending_connections", "slurm_dir",
@@ -226,6 +226,7 @@ static const struct bad_case bad_cases[] = {
     {"object_cache_mb", "0", "from 1 to 1048576"},
     {"object_shm", "perhaps", "true or false"},
     {"manager_shm", "sometimes", "true or false"},
+    {"fork_server", "often", "true or false"},
     {"time_limit_margin_ms", "-1", "from 0 to 86400000"},
     {"resumed", "once", "from 0 to 1000000"},
     {"image", "has space", "image reference"},
@@ -310,7 +311,7 @@ TEST(apply_unknown_key)
     CHECK_STR(fiber_last_error(),
               "unknown key 'log_levle' (.fiberconfig:3); known keys: backend, "
               "log_level, log_dir, transport, listen_host, connect_timeout_ms, "
-              "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
+              "terminate_grace_ms, max_message_bytes, heartbeat_ms, fork_server, image, "
               "docker_socket, docker_network, docker_mounts, "
           "docker_build_image, listen_interface, encryption, "
           "max_pending_connections, slurm_dir, slurm_partition, "
@@ -675,7 +676,7 @@ TEST(env_unknown_variable)
               "unknown environment variable FIBER_NOPE: not a fiber "
               "configuration key; known keys: backend, log_level, log_dir, "
               "transport, listen_host, connect_timeout_ms, "
-              "terminate_grace_ms, max_message_bytes, heartbeat_ms, image, "
+              "terminate_grace_ms, max_message_bytes, heartbeat_ms, fork_server, image, "
               "docker_socket, docker_network, docker_mounts, "
           "docker_build_image, listen_interface, encryption, "
           "max_pending_connections, slurm_dir, slurm_partition, "
