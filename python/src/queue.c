@@ -28,12 +28,17 @@
  * never freed here (freeing would write on the parent's connections);
  * fiber.queues refuses to use them with a clear error. */
 static int forked;
+/* Queue handles this process has made; a process that made none (the
+ * fork server, fiber._forkserver) forks children that owe nothing to it:
+ * they are not "forked" in the sense above. */
+static int handles_made;
 
 static void flusher_forget(void);
 
 static void on_fork_child(void)
 {
-    forked = 1;
+    if (handles_made)
+        forked = 1;
     flusher_forget();
 }
 
@@ -400,6 +405,7 @@ static FbpQueue *queue_wrap(fiber_queue *q)
         fiber_queue_free(q);
         return NULL;
     }
+    handles_made = 1;
     self->q = q;
     self->shared = 0;
     pthread_mutex_init(&self->mu, NULL);

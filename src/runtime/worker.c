@@ -34,6 +34,7 @@
 
 #define FLUSH_NS 2000000u
 #define PARTIAL_NS 100000000u /* a running chunk reports every 100 ms */
+#define DRAIN_MS 30000 /* as the drain at a child's exit (child.c) */
 #define FB_EXIT_INIT 126 /* the initializer failed */
 
 struct worker {
@@ -106,10 +107,15 @@ static void install_fault_handlers(struct worker *w)
     on_exit(on_exit_during_task, NULL);
 }
 
-/* Hands staged frames to the connection and writes what it can. */
+/* Hands staged frames to the connection and writes what it can.  First
+ * the tasks' own output is drained (the pipelined queue puts answered,
+ * the pipes' sends written: the api's drain hook), so that a result the
+ * master sees comes after everything its task sent: a pool terminated
+ * once its map returns loses none of the tasks' puts. */
 static void send_staged(struct worker *w, int wait)
 {
     struct fb_child *ch = w->ch;
+    fb_rt_api()->drain(fb_deadline_ms(DRAIN_MS));
     pthread_mutex_lock(&ch->write_mu);
     int rc = fiber_buf_append(fb_conn_out(&ch->conn), w->stage.data,
                               w->stage.len);
