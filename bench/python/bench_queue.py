@@ -41,6 +41,10 @@ import struct
 import sys
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))  # the package, in place
+
 MSG_BYTES = 64
 LAT_WARMUP = 100
 _HEAD = struct.Struct("<QQ")     # producer id | sequence or stamp
