@@ -336,7 +336,12 @@ typedef void (*fiber_stop_fn)(void *user, int sig);
  * its environment), the program ends once the last callback returns:
  * fiber_shutdown(), then exit status FIBER_EXIT_REQUEUE, without running
  * atexit handlers (other threads are still running); the callbacks must
- * therefore have saved what the restarted run needs.
+ * therefore have saved what the restarted run needs.  Once the callbacks
+ * have started, a program that ends by itself meanwhile (its loop saw
+ * fiber_stop_requested() and returned from main) still ends with
+ * FIBER_EXIT_REQUEUE: its fiber_shutdown() waits for the stop thread's
+ * end instead of letting another status through, which would not be
+ * requeued.
  *
  * Only in the master.  Returns 0, FIBER_ENOTINIT (before fiber_init()),
  * FIBER_ENOTSUP (in a child job), FIBER_EINVAL (a 17th callback) or

@@ -351,8 +351,12 @@ FIBER_API void fiber_shutdown(void)
     int active = rt.initialized && rt.master && !rt.shut_down;
     rt.shut_down = 1;
     fb_rt_unlock();
-    if (!active)
+    if (!active) {
+        /* Another thread shuts down: the stop thread of a requeueable
+         * master, which ends the process with FIBER_EXIT_REQUEUE. */
+        fb_stop_await_requeue_exit();
         return;
+    }
     fb_stop_shutdown(); /* a stop callback still running may use fiber */
     fb_rt_api()->shutdown(); /* the API layer's servers */
     fb_service_stop();

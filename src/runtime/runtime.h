@@ -226,6 +226,7 @@ int fb_build_id(char *out, size_t size);
  * stops the stop thread, gives SIGTERM and SIGUSR1 their default actions
  * back.  Called first by fiber_shutdown(); lock NOT held. */
 void fb_stop_shutdown(void);
+void fb_stop_await_requeue_exit(void);
 
 /* The child role: never returns. */
 void fb_child_main(void) __attribute__((noreturn));

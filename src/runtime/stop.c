@@ -78,6 +78,12 @@ static void on_stop_signal(int sig)
     errno = saved;
 }
 
+static int requeue_mode(void)
+{
+    const char *requeue = getenv("FIBER_BOOT_REQUEUE");
+    return requeue && strcmp(requeue, "1") == 0;
+}
+
 static void run_callbacks(int sig)
 {
     pthread_mutex_lock(&st.mu);
@@ -93,8 +99,7 @@ static void run_callbacks(int sig)
     for (int i = 0; i < n; i++)
         if (cbs[i].fn)
             cbs[i].fn(cbs[i].user, sig);
-    const char *requeue = getenv("FIBER_BOOT_REQUEUE");
-    if (requeue && strcmp(requeue, "1") == 0) {
+    if (requeue_mode()) {
         /* The run goes on in a requeued master: end this one now, with
          * the status the backend's script requeues on. */
         fb_log_info("stop callbacks done: ending the master to be "
@@ -212,6 +217,25 @@ void fb_stop_shutdown(void)
     sigemptyset(&dfl.sa_mask);
     sigaction(SIGTERM, &dfl, NULL);
     sigaction(SIGUSR1, &dfl, NULL);
+}
+
+/* fiber_shutdown() found another thread shutting down.  In a requeueable
+ * master whose stop callbacks run (or ran) on the stop thread, that
+ * thread ends the process with FIBER_EXIT_REQUEUE once they return; the
+ * program's own exit (its loop saw fiber_stop_requested() and returned)
+ * must not end it first with another status, which would not be
+ * requeued.  So any other thread waits here for that end. */
+void fb_stop_await_requeue_exit(void)
+{
+    pthread_mutex_lock(&st.mu);
+    int wait = st.delivered && requeue_mode() &&
+               !pthread_equal(st.thread, pthread_self());
+    pthread_mutex_unlock(&st.mu);
+    if (!wait)
+        return;
+    fflush(NULL);
+    for (;;)
+        pause(); /* the stop thread calls _exit(FIBER_EXIT_REQUEUE) */
 }
 
 FIBER_API int fiber_resumed(void)
