@@ -220,10 +220,10 @@ def array_info(a, i):
 
 
 def sphere_in_worker(x):
-    """A loss for an optimizer (0 at 0.5 in every coordinate), and the pid
-    that computed it."""
+    """A loss for an optimizer (0 at 0.5 in every coordinate), and the
+    process_token() of the process that computed it."""
     import numpy as np
-    return float(np.sum((np.asarray(x) - 0.5) ** 2)), os.getpid()
+    return float(np.sum((np.asarray(x) - 0.5) ** 2)), process_token()
 
 
 def make_cartpole():

@@ -1,6 +1,5 @@
 """The joblib backend "fiber" (fiber.joblib_backend): joblib.Parallel and
 scikit-learn's n_jobs on fiber's pool."""
-import os
 
 import pytest
 
@@ -15,17 +14,17 @@ def test_parallel_runs_on_fiber_workers_in_order():
     with joblib.parallel_backend("fiber", n_jobs=2):
         out = joblib.Parallel()(joblib.delayed(helpers.add)(i, 10 * i)
                                 for i in range(40))
-        pids = set(joblib.Parallel(batch_size=1)(
-            joblib.delayed(helpers.getpid)(i) for i in range(20)))
+        tokens = set(joblib.Parallel(batch_size=1)(
+            joblib.delayed(helpers.process_token)(i) for i in range(20)))
     assert out == [11 * i for i in range(40)]
-    assert os.getpid() not in pids and len(pids) >= 1
+    assert helpers.process_token() not in tokens and len(tokens) >= 1
 
 
 def test_n_jobs_one_runs_here():
     with joblib.parallel_backend("fiber", n_jobs=1):
-        pids = joblib.Parallel()(joblib.delayed(helpers.getpid)(i)
-                                 for i in range(3))
-    assert set(pids) == {os.getpid()}
+        tokens = joblib.Parallel()(joblib.delayed(helpers.process_token)(i)
+                                   for i in range(3))
+    assert set(tokens) == {helpers.process_token()}
 
 
 def test_an_exception_reaches_the_caller_and_the_backend_goes_on():
