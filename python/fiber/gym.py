@@ -205,6 +205,37 @@ class VectorEnv(gym.vector.VectorEnv):
             code = sub.proc.exitcode
         return "its job ended (exit code %s)" % (code,)
 
+    def _exchange(self, msgs):
+        """Sends msgs[i] to sub-environment i, all before any answer is
+        read, then yields (i, value, None) for each answer, or (i, (obs,
+        info), reason) for a sub-environment that died (restarted here in
+        a new job) or raised (rebuilt in its own job): reason says why."""
+        sent = []
+        for sub, msg in zip(self._subs, msgs):
+            try:
+                sub.conn.send(msg)
+                sent.append(True)
+            except _DEAD:
+                sent.append(False)
+        for i, sub in enumerate(self._subs):
+            kind = value = None
+            if sent[i]:
+                try:
+                    kind, value = sub.conn.recv()
+                except _DEAD:
+                    pass
+            if kind is None:
+                reason = self._died(i)
+                yield i, self._revive(i, reason), reason
+            elif kind == "restarted":
+                obs, info, reason = value
+                self.restarts += 1
+                yield i, (obs, info), reason
+            elif kind != "ok":
+                raise RuntimeError("sub-environment %d: %s" % (i, value))
+            else:
+                yield i, value, None
+
     def reset(self, *, seed=None, options=None):
         self._check()
         if seed is None or isinstance(seed, int):
@@ -218,34 +249,12 @@ class VectorEnv(gym.vector.VectorEnv):
         if seed is not None:
             self._np_random, self._np_random_seed = \
                 gym.utils.seeding.np_random(seeds[0])
-        sent = []
-        for i, sub in enumerate(self._subs):
-            try:
-                sub.conn.send(("reset", (seeds[i], options)))
-                sent.append(True)
-            except _DEAD:
-                sent.append(False)
         results, infos = [], {}
-        for i, sub in enumerate(self._subs):
-            reason = None
-            if sent[i]:
-                try:
-                    kind, value = sub.conn.recv()
-                except _DEAD:
-                    reason = self._died(i)
-            else:
-                reason = self._died(i)
+        for i, value, reason in self._exchange(
+                [("reset", (seed_i, options)) for seed_i in seeds]):
+            obs, info = value
             if reason is not None:
-                obs, info = self._revive(i, reason)
                 info = dict(info, fiber_restarted=True, fiber_error=reason)
-            elif kind == "restarted":
-                obs, info, why = value
-                self.restarts += 1
-                info = dict(info, fiber_restarted=True, fiber_error=why)
-            elif kind != "ok":
-                raise RuntimeError("sub-environment %d: %s" % (i, value))
-            else:
-                obs, info = value
             results.append(obs)
             infos = self._add_info(infos, info, i)
         self._obs = concatenate(self.single_observation_space, results,
@@ -258,38 +267,17 @@ class VectorEnv(gym.vector.VectorEnv):
         if len(actions) != self.num_envs:
             raise ValueError("step() wants %d actions, got %d"
                              % (self.num_envs, len(actions)))
-        sent = []
-        for sub, action in zip(self._subs, actions):
-            try:
-                sub.conn.send(("step", action))
-                sent.append(True)
-            except _DEAD:
-                sent.append(False)
         obs_list = []
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terms = np.zeros(self.num_envs, dtype=np.bool_)
         truncs = np.zeros(self.num_envs, dtype=np.bool_)
         infos = {}
-        for i, sub in enumerate(self._subs):
-            reason = None
-            kind = value = None
-            if sent[i]:
-                try:
-                    kind, value = sub.conn.recv()
-                except _DEAD:
-                    reason = self._died(i)
-            else:
-                reason = self._died(i)
-            if reason is not None or kind == "restarted":
-                if reason is not None:
-                    obs, info = self._revive(i, reason)
-                else:
-                    obs, info, reason = value
-                    self.restarts += 1
+        for i, value, reason in self._exchange(
+                [("step", action) for action in actions]):
+            if reason is not None:
+                obs, info = value
                 info = dict(info, fiber_restarted=True, fiber_error=reason)
                 truncs[i] = True
-            elif kind != "ok":
-                raise RuntimeError("sub-environment %d: %s" % (i, value))
             else:
                 obs, rewards[i], terms[i], truncs[i], info = value
             obs_list.append(obs)
