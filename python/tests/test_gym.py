@@ -54,6 +54,10 @@ def test_call_get_attr_set_attr_and_close():
         assert envs.get_attr("explode") == (False, True)
         with pytest.raises(ValueError):
             envs.set_attr("explode", [True])
+        with pytest.raises(ValueError, match="wants 2 actions, got 3"):
+            envs.step(np.zeros(3, dtype=np.int64))
+        with pytest.raises(ValueError, match="wants 2 seeds, got 3"):
+            envs.reset(seed=[1, 2, 3])
     finally:
         envs.close()
     with pytest.raises(gym.error.ClosedEnvironmentError):
