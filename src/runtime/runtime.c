@@ -231,6 +231,12 @@ int fb_rt_client_setup(void)
                  : 0;
     if (rc == 0)
         rc = load_config(&rt.cfg, 1);
+    /* net/ encrypts tcp: connections by its own copy of the settings,
+     * zeroed (encryption off) until handed down: a process that opens a
+     * handle without fiber_init must use the configured value, as the
+     * server it dials does. */
+    if (rc == 0)
+        fb_rt_config_changed();
     if (rc == 0)
         rc = fb_build_id(rt.build_id, sizeof rt.build_id);
     if (rc == 0)
