@@ -31,11 +31,6 @@ def test_exit_codes_as_multiprocessing():
         assert p.exitcode == want
 
 
-@pytest.mark.xfail(os.environ.get("FIBER_BACKEND") == "kubernetes", strict=False,
-                   reason="on the kubernetes rerun a terminated Python job reads "
-                   "-SIGKILL: its SIGTERM does not end it within the 2 s grace "
-                   "(the C suite's terminate_sends_sigterm passes there); cause "
-                   "not found yet (docs/python.md)")
 def test_terminate_and_kill_give_minus_the_signal():
     # Both must be running their target before the signals: on kubernetes
     # a pod takes seconds to start, and a pod deleted while its container

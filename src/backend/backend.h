@@ -104,6 +104,12 @@ struct fb_backend_ops {
 #define FB_CAP_SAME_HOST 0x1u /* jobs run on this host: ipc sockets work */
 #define FB_CAP_LOOPBACK 0x2u  /* jobs share this host's network: they can
                                  dial the master on 127.0.0.1 */
+#define FB_CAP_OWN_GRACE 0x4u /* the engine itself kills a job
+                                 terminate_grace_ms after signal_job asked
+                                 it to stop (the kubelet), and reports the
+                                 end seconds later: the runtime forces only
+                                 FB_OWN_GRACE_SLACK_MS after that grace */
+#define FB_OWN_GRACE_SLACK_MS 30000
 
     size_t state_size;
     size_t job_size;

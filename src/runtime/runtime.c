@@ -795,7 +795,10 @@ int fb_rt_terminate(struct fb_jobrec *j)
         return 0;
     int rc = fb_backend_signal_job(rt.backend, j->job, 0);
     if (rc == 0 && j->kill_at_ms == 0) {
-        j->kill_at_ms = fb_now_ms() + (uint64_t)rt.cfg.terminate_grace_ms;
+        uint64_t wait = (uint64_t)rt.cfg.terminate_grace_ms;
+        if (rt.backend->ops->caps & FB_CAP_OWN_GRACE)
+            wait += FB_OWN_GRACE_SLACK_MS;
+        j->kill_at_ms = fb_now_ms() + wait;
         if (j->kill_at_ms == 0)
             j->kill_at_ms = 1;
         fb_service_wake();

@@ -51,8 +51,13 @@
  *
  * Stopping.  signal_job deletes the pod with a grace period
  * (terminate_grace_ms, rounded up to seconds; 0 when forced): the kubelet
- * sends SIGTERM, then SIGKILL after the grace.  release_job deletes the
- * pod at once whatever its state, so a run leaves no pods behind.
+ * sends SIGTERM, then SIGKILL after the grace.  Since the kubelet
+ * enforces that grace, the backend has FB_CAP_OWN_GRACE: the runtime
+ * forces a deletion (grace 0) only FB_OWN_GRACE_SLACK_MS after it, so
+ * that the container's own end, reported seconds late, is what a
+ * terminated job reads (-SIGTERM, or -SIGKILL when the kubelet had to).
+ * release_job deletes the pod at once whatever its state, so a run
+ * leaves no pods behind.
  *
  * Batches.  Between begin_batch and end_batch (a pool's workers),
  * create_job only describes the pod and records it; end_batch POSTs the
@@ -1272,7 +1277,11 @@ static int k8s_end_batch(struct fb_backend *be)
 
 const struct fb_backend_ops fb_backend_kubernetes = {
     .name = "kubernetes",
-    .caps = 0, /* pods do not share this host's unix sockets */
+    /* Pods do not share this host's unix sockets; the kubelet enforces
+     * the grace of a deletion (SIGKILL after it) and reports a container's
+     * end seconds after it: forcing the deletion at the grace lost the
+     * status of a job that SIGTERM had ended (read -SIGKILL). */
+    .caps = FB_CAP_OWN_GRACE,
     .state_size = sizeof(struct k8s_state),
     .job_size = sizeof(struct k8s_job),
     .init = k8s_init,
