@@ -23,7 +23,7 @@ import os as _os
 from . import _fiber
 from ._envelope import PicklingError, RemoteError
 from ._fiber import (ClosedError, ConfigError, FiberError, FiberTimeoutError,
-                     NoTaskError, TaskCrashedError)
+                     NoTaskError, SpawnError, TaskCrashedError)
 from .managers import AsyncManager, BaseManager, Manager, SyncManager
 from .meta import meta
 from .objects import ObjectRef, get, put
@@ -39,7 +39,7 @@ __all__ = [
     "Pool", "AsyncResult", "Queue", "SimpleQueue", "Pipe", "Manager",
     "BaseManager", "SyncManager", "AsyncManager", "meta", "FiberError",
     "ConfigError", "FiberTimeoutError", "TaskCrashedError", "ClosedError",
-    "NoTaskError", "PicklingError", "RemoteError", "TimeoutError",
+    "NoTaskError", "SpawnError", "PicklingError", "RemoteError", "TimeoutError",
     "run_id", "is_master", "on_stop_requested", "stop_requested", "resumed",
     "put", "get", "ObjectRef", "Executor",
 ]

@@ -134,9 +134,7 @@ def _get_log_file():
 
 def _set_log_file(value, key="log_file"):
     if value is None:
-        if _get("log_dir"):
-            _refuse("log_file", value, "fiber cannot go back to its default "
-                    "log folder once log_dir is set; set another folder")
+        _set("log_dir", "")      # the default folder, as before any set
         return
     text = str(value)
     if text in ("stdout", "stderr"):

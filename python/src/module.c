@@ -15,6 +15,7 @@ static PyObject *timeout_error;       /* FiberTimeoutError(.., TimeoutError) */
 static PyObject *crashed_error;       /* TaskCrashedError */
 static PyObject *closed_error;        /* ClosedError */
 static PyObject *notask_error;        /* NoTaskError */
+static PyObject *spawn_error; /* SpawnError(FiberError, mp.ProcessError) */
 
 PyObject *fbp_task_handler;
 PyObject *fbp_method_handler;
@@ -55,6 +56,7 @@ static void error_rows_link(void)
         {FIBER_ECRASHED, &crashed_error},
         {FIBER_ECLOSED, &closed_error},
         {FIBER_ENOTASK, &notask_error},
+        {FIBER_ESPAWN, &spawn_error}, /* also multiprocessing's */
         {FIBER_ENOMEM, &memory_error},
     };
     memory_error = PyExc_MemoryError;
@@ -566,7 +568,19 @@ PyMODINIT_FUNC PyInit__fiber(void)
     b = PyTuple_Pack(2, fiber_error, PyExc_TimeoutError);
     timeout_error = b ? new_error(m, "FiberTimeoutError", b) : NULL;
     Py_XDECREF(b);
-    if (!config_error || !timeout_error ||
+    /* A job that cannot start: multiprocessing.ProcessError too, which is
+     * what Uber Fiber raised and its programs catch. */
+    PyObject *mp = PyImport_ImportModule("multiprocessing");
+    PyObject *mp_process_error = mp ? PyObject_GetAttrString(mp,
+                                                             "ProcessError")
+                                    : NULL;
+    Py_XDECREF(mp);
+    b = mp_process_error ? PyTuple_Pack(2, fiber_error, mp_process_error)
+                         : NULL;
+    Py_XDECREF(mp_process_error);
+    spawn_error = b ? new_error(m, "SpawnError", b) : NULL;
+    Py_XDECREF(b);
+    if (!config_error || !timeout_error || !spawn_error ||
         !(crashed_error = new_error(m, "TaskCrashedError", fiber_error)) ||
         !(closed_error = new_error(m, "ClosedError", fiber_error)) ||
         !(notask_error = new_error(m, "NoTaskError", fiber_error)))

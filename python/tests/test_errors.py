@@ -21,6 +21,7 @@ OWN_CLASS = {
     "ECRASHED": fiber.TaskCrashedError,
     "ECLOSED": fiber.ClosedError,
     "ENOTASK": fiber.NoTaskError,
+    "ESPAWN": fiber.SpawnError,
     "ENOMEM": MemoryError,
 }
 
@@ -58,6 +59,15 @@ def test_every_code_in_fiber_h_maps_to_an_exception(name, value):
 
 def test_the_table_has_no_code_fiber_h_lacks():
     assert sorted(_fiber.ERRORS) == sorted(v for _, v in CODES)
+
+
+def test_a_job_that_cannot_start_is_multiprocessing_process_error_too():
+    """Uber Fiber raised multiprocessing.ProcessError when a job could not
+    start, and its programs catch that."""
+    import multiprocessing
+    assert issubclass(fiber.SpawnError, fiber.FiberError)
+    assert issubclass(fiber.SpawnError, multiprocessing.ProcessError)
+    assert fiber.ProcessError is multiprocessing.ProcessError
 
 
 def test_an_unknown_code_is_a_fiber_error():

@@ -186,6 +186,8 @@ print("debug", _fiber.config_get("log_level"), fc.debug)
 fiber.init(default_image="other:1", log_file="/tmp/fiber-compat/x.log")
 print("init", _fiber.config_get("image"), _fiber.config_get("log_dir"),
       fc.log_file)
+fiber.init(log_file=None)      # Fiber's way back to the default
+print("log_file", repr(_fiber.config_get("log_dir")), fc.log_file)
 fc.cpu_per_job = 2
 fc.mem_per_job = 512
 from fiber.process import _job_meta
@@ -222,6 +224,7 @@ def test_fiber_config_reflects_and_sets_the_configuration(script, tmp_path):
         "level warn True",
         "debug debug True",
         "init other:1 /tmp/fiber-compat /tmp/fiber-compat/fiber.log",
+        "log_file '' None",
         "meta True",
         "refused ipc_active NotImplementedError",
         "refused use_push_queue NotImplementedError",

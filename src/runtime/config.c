@@ -256,9 +256,15 @@ static int parse_text(const struct key_spec *k, const char *text,
     return 0;
 }
 
+/* log_dir: a path, or empty for the default folder (its default value,
+ * so that a program can go back to it). */
 static int parse_path(const struct key_spec *k, const char *text,
                       const char *origin, union cfg_value *out)
 {
+    if (text[0] == '\0') {
+        out->str = text;
+        return 0;
+    }
     return parse_text(k, text, origin, "path", out);
 }
 

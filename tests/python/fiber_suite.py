@@ -15,6 +15,11 @@
    test_managers.py and test_misc.py in its own pytest process, with
    FIBER_BACKEND=local, fiber's package (python/) first on PYTHONPATH and
    a timeout (a test still running then is killed and counted as hung).
+   The tests that skip themselves unless `fiber.config.default_backend`
+   is "docker" (test_misc's image tests) run with FIBER_BACKEND=docker
+   instead, and FIBER_IMAGE set to an image of this Python environment
+   and the test folder that the harness builds with `python -m
+   fiber.image build` (no registry: FROM scratch) and removes afterwards.
    The placeholders in tests/python/fiber_suite/ stand in for three
    internals of Uber's Fiber (fiber.socket, fiber.docker_backend,
    fiber.backend); a test that uses one is skipped as "not applicable".
@@ -143,6 +148,46 @@ def environment(deps):
     return env
 
 
+def docker_tests(run, ids):
+    """The ids whose test body skips itself unless the backend is docker
+    (`if fiber.config.default_backend != "docker": pytest.skip(...)`)."""
+    out = set()
+    for test_id in ids:
+        path, _, name = test_id.rpartition("::")
+        path = path.split("::")[0]
+        with open(os.path.join(run, path), encoding="utf-8") as f:
+            text = f.read()
+        m = re.search(r"\n(\s*)def %s\(.*?(?=\n\1(?:def |@)|\Z)"
+                      % re.escape(name), text, re.S)
+        if m and re.search(r"default_backend\s*!=\s*[\"']docker[\"']",
+                           m.group(0)):
+            out.add(test_id)
+    return out
+
+
+def build_image(venv, run, env, tag):
+    """An image of this Python environment and the test folder (the
+    sys.path of the test processes), for the docker tests' jobs."""
+    cmd = [os.path.join(venv, "bin", "python"), "-m", "fiber.image",
+           "build", "--tag", tag, os.path.join(run, "tests", "test_misc.py")]
+    e = dict(env)
+    e["PYTHONPATH"] = os.pathsep.join([e["PYTHONPATH"], run])
+    r = subprocess.run(cmd, cwd=run, env=e, capture_output=True, text=True,
+                       timeout=600)
+    if r.returncode != 0:
+        print(r.stdout[-2000:], r.stderr[-2000:], sep="\n")
+        print("FAIL: building the docker tests' image failed (exit %d)"
+              % r.returncode)
+        sys.exit(1)
+
+
+def remove_image(venv, env, tag):
+    probe = ("import docker; docker.from_env().images.remove(%r, force=True)"
+             % tag)
+    subprocess.run([os.path.join(venv, "bin", "python"), "-c", probe],
+                   env=env, capture_output=True, timeout=120)
+
+
 def docker_reachable(venv, env):
     probe = "import docker; docker.from_env().ping()"
     try:
@@ -264,27 +309,41 @@ def main():
     total = len(ids)
     if args.only:
         ids = [i for i in ids if args.only in i]
+    on_docker = docker_tests(run, ids)
+    docker_env = None
+    tag = "fiber-test/fiber-suite:%d" % os.getpid()
+    if on_docker:
+        build_image(venv, run, env, tag)
+        docker_env = dict(env, FIBER_BACKEND="docker", FIBER_IMAGE=tag)
     counts = {"passed": 0, "failed": 0, "skipped": 0, "not applicable": 0,
               "hung": 0}
     not_passed = []
-    for test_id in ids:
-        outcome, msg, secs = run_one(venv, run, env, test_id, args.timeout,
-                                     logs)
-        counts[outcome] += 1
-        short = test_id[len("tests/"):]
-        print("%-15s %-70s %6.1fs %s" % (outcome.upper(), short, secs, msg),
-              flush=True)
-        if outcome in ("failed", "hung"):
-            not_passed.append(short)
+    try:
+        for test_id in ids:
+            docker = test_id in on_docker
+            outcome, msg, secs = run_one(venv, run,
+                                         docker_env if docker else env,
+                                         test_id, args.timeout, logs)
+            counts[outcome] += 1
+            short = test_id[len("tests/"):]
+            print("%-15s %-70s %6.1fs %s%s"
+                  % (outcome.upper(), short, secs,
+                     "[docker] " if docker else "", msg), flush=True)
+            if outcome in ("failed", "hung"):
+                not_passed.append(short)
+    finally:
+        if on_docker:
+            remove_image(venv, env, tag)
 
     listed = documented_failures()
     unlisted = [t for t in not_passed if t not in listed]
     print("Fiber %s suite on fiber: %d passed, %d failed, %d skipped "
           "(%d by the test, %d not applicable), %d hung, of %d run "
-          "(%d collected)"
+          "(%d collected; %d of them on the docker backend)"
           % (VERSION, counts["passed"], counts["failed"],
              counts["skipped"] + counts["not applicable"], counts["skipped"],
-             counts["not applicable"], counts["hung"], len(ids), total))
+             counts["not applicable"], counts["hung"], len(ids), total,
+             len(on_docker)))
     rc = 0
     if counts["hung"]:
         print("FAIL: %d test(s) hung" % counts["hung"])
