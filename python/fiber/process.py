@@ -112,9 +112,19 @@ class Process:
         self._check()
         self._handle.kill()
 
+    def _is_current(self):
+        """This object is the Process the job running it was started for
+        (multiprocessing's child sees itself as started and alive)."""
+        if not _runtime.child_mode:
+            return False
+        from . import _worker
+        return _worker.current is self
+
     def is_alive(self):
         if self._closed:
             raise ValueError("process object is closed")
+        if self._is_current():
+            return True
         if self._handle is None:
             return False
         return self._handle.is_alive()
@@ -191,7 +201,9 @@ class Process:
         self._authkey = bytes(value)
 
     def __repr__(self):
-        if self._handle is None:
+        if self._is_current():
+            status = "started"
+        elif self._handle is None:
             status = "initial"
         elif self._handle.is_alive():
             status = "started"

@@ -111,6 +111,13 @@ def sleep_forever():
         time.sleep(1)
 
 
+def report_self_view(q):
+    """How the job's own Process object looks from inside it."""
+    import fiber
+    me = fiber.current_process()
+    q.put((repr(me), me.is_alive()))
+
+
 def say_up_then_sleep_forever(q):
     """Tells q it runs (a pod or container may take seconds to start),
     then sleeps until it is stopped."""

@@ -75,6 +75,18 @@ def test_current_process_in_the_child_and_queue_argument():
     assert fiber.current_process().name == "MainProcess"
 
 
+def test_a_child_sees_its_own_process_as_started_and_alive():
+    """As multiprocessing's child does: repr says started (not initial),
+    is_alive() is True."""
+    q = fiber.Queue()
+    p = fiber.Process(target=helpers.report_self_view, args=(q,), name="me")
+    p.start()
+    text, alive = q.get(timeout=60)
+    p.join(60)
+    assert text.startswith("<Process name='me' started"), text
+    assert alive is True
+
+
 def test_subclass_overriding_run(script):
     r = script('''
 import fiber
