@@ -118,6 +118,16 @@ def report_self_view(q):
     q.put((repr(me), me.is_alive()))
 
 
+def send_then_close(conn, n, delay):
+    """Sends n (i, name) messages after delay seconds, then closes its end
+    (the multiprocessing docs' example for connection.wait)."""
+    import fiber
+    time.sleep(delay)
+    for i in range(n):
+        conn.send((i, fiber.current_process().name))
+    conn.close()
+
+
 def say_up_then_sleep_forever(q):
     """Tells q it runs (a pod or container may take seconds to start),
     then sleeps until it is stopped."""
