@@ -27,8 +27,17 @@ sub-environment that cannot be rebuilt (its env_fn raises) fails the
 call with RuntimeError naming it.  ``restarts`` counts the rebuilds.
 
 Messages go over fiber pipes (a direct socket between the master and each
-job once both ends are in use); observations are pickled with protocol 5.
+job once both ends are in use).  A step of a sub-environment whose
+observation space is a ``Box`` and whose action space is a ``Discrete`` or
+a ``Box`` travels unpickled: the action as its bytes, the answer as a
+fixed header (reward, terminated, truncated), the observation's bytes
+(written into the batch array: no pickling copy) and the info dict, which
+alone is pickled, and only when it is not empty.  Everything else (reset,
+call, a step of other spaces, a restart) is pickled with protocol 5.
 """
+import pickle
+import struct
+
 import numpy as np
 
 import gymnasium as gym
@@ -42,6 +51,69 @@ __all__ = ["VectorEnv"]
 
 _DEAD = (EOFError, OSError, _fiber.FiberError)
 
+# The unpickled step (see the module's doc).  A request is _STEP and the
+# action's bytes; an answer is _OBS, _HEAD (reward, terminated, truncated),
+# the observation's bytes, then the pickled info when it is not empty.
+# Pickles start with 0x80, so either side tells the two kinds apart by
+# the first byte.
+_STEP = b"S"
+_OBS = b"O"
+_HEAD = struct.Struct("<d??")
+
+
+class _Codec:
+    """The unpickled step for one pair of spaces, or None when they are
+    not a Box of observations and a Discrete or Box of actions."""
+
+    def __init__(self, obs_space, act_space):
+        self.obs_dtype = np.dtype(obs_space.dtype)
+        self.obs_shape = tuple(obs_space.shape)
+        self.obs_bytes = int(np.prod(self.obs_shape)) * self.obs_dtype.itemsize
+        if isinstance(act_space, gym.spaces.Discrete):
+            self.act_dtype, self.act_shape = np.dtype("<i8"), ()
+        else:
+            self.act_dtype = np.dtype(act_space.dtype)
+            self.act_shape = tuple(act_space.shape)
+
+    @staticmethod
+    def make(obs_space, act_space):
+        if isinstance(obs_space, gym.spaces.Box) and isinstance(
+                act_space, (gym.spaces.Discrete, gym.spaces.Box)):
+            return _Codec(obs_space, act_space)
+        return None
+
+    def request(self, action):
+        return _STEP + np.asarray(action, dtype=self.act_dtype).tobytes()
+
+    def action(self, data):
+        a = np.frombuffer(data, dtype=self.act_dtype, offset=1)
+        return int(a[0]) if self.act_shape == () else \
+            a.reshape(self.act_shape).copy()
+
+    def answer(self, obs, reward, term, trunc, info):
+        """The answer's bytes, or None when obs does not fit the space
+        (then the step is answered pickled)."""
+        obs = np.asarray(obs)
+        if obs.dtype != self.obs_dtype or obs.shape != self.obs_shape:
+            return None
+        parts = [_OBS, _HEAD.pack(float(reward), bool(term), bool(trunc)),
+                 np.ascontiguousarray(obs).tobytes()]
+        if info:
+            parts.append(pickle.dumps(info, protocol=5))
+        return b"".join(parts)
+
+    def read(self, data):
+        """(obs, reward, terminated, truncated, info) of an answer; obs is
+        a read-only view of data."""
+        reward, term, trunc = _HEAD.unpack_from(data, 1)
+        start = 1 + _HEAD.size
+        end = start + self.obs_bytes
+        obs = np.frombuffer(data, dtype=self.obs_dtype, count=int(
+            np.prod(self.obs_shape)), offset=start).reshape(self.obs_shape)
+        info = pickle.loads(memoryview(data)[end:]) if len(data) > end \
+            else {}
+        return obs, reward, term, trunc, info
+
 
 def _worker(env_fn, conn):
     """A sub-environment's job: serves the master's commands until close."""
@@ -49,15 +121,33 @@ def _worker(env_fn, conn):
     conn.send(("ready", env.observation_space, env.action_space,
                getattr(env, "metadata", {}), getattr(env, "render_mode",
                                                      None)))
+    codec = _Codec.make(env.observation_space, env.action_space)
     ended = False            # the last step ended an episode: reset next
     while True:
         try:
-            cmd, arg = conn.recv()
+            data = conn.recv_bytes()
         except _DEAD:       # the master went away or dropped the vector
             env.close()
             return
+        if data[:1] == _STEP:
+            cmd, arg = "step", codec.action(data)
+        else:
+            cmd, arg = pickle.loads(data)
         try:
-            if cmd == "step":
+            if cmd == "step" and codec is not None:
+                if ended:
+                    obs, info = env.reset()
+                    step = (obs, 0.0, False, False, info)
+                else:
+                    step = env.step(arg)
+                ended = bool(step[2] or step[3])
+                out = codec.answer(*step)
+                if out is not None:
+                    conn.send_bytes(out)
+                else:
+                    conn.send(("ok", (step[0], float(step[1]), bool(step[2]),
+                                      bool(step[3]), step[4])))
+            elif cmd == "step":
                 if ended:
                     obs, info = env.reset()
                     ended = False
@@ -120,6 +210,7 @@ class _Sub:
             raise RuntimeError("a sub-environment's job answered %r at its "
                                "start" % (msg[0],))
         self.info = msg[1:]   # spaces, metadata, render mode
+        self.codec = _Codec.make(msg[1], msg[2])
 
     def stop(self, kill=False):
         if self.proc is not None:
@@ -213,7 +304,10 @@ class VectorEnv(gym.vector.VectorEnv):
         sent = []
         for sub, msg in zip(self._subs, msgs):
             try:
-                sub.conn.send(msg)
+                if isinstance(msg, bytes):
+                    sub.conn.send_bytes(msg)
+                else:
+                    sub.conn.send(msg)
                 sent.append(True)
             except _DEAD:
                 sent.append(False)
@@ -221,7 +315,11 @@ class VectorEnv(gym.vector.VectorEnv):
             kind = value = None
             if sent[i]:
                 try:
-                    kind, value = sub.conn.recv()
+                    data = sub.conn.recv_bytes()
+                    if data[:1] == _OBS:
+                        kind, value = "ok", sub.codec.read(data)
+                    else:
+                        kind, value = pickle.loads(data)
                 except _DEAD:
                     pass
             if kind is None:
@@ -273,7 +371,9 @@ class VectorEnv(gym.vector.VectorEnv):
         truncs = np.zeros(self.num_envs, dtype=np.bool_)
         infos = {}
         for i, value, reason in self._exchange(
-                [("step", action) for action in actions]):
+                [sub.codec.request(action) if sub.codec is not None
+                 else ("step", action)
+                 for sub, action in zip(self._subs, actions)]):
             if reason is not None:
                 obs, info = value
                 info = dict(info, fiber_restarted=True, fiber_error=reason)

@@ -248,6 +248,32 @@ def make_cartpole():
     return gymnasium.make("CartPole-v1")
 
 
+def make_pendulum():
+    """Box observations and Box actions (float32)."""
+    import gymnasium
+    return gymnasium.make("Pendulum-v1")
+
+
+def make_odd_cartpole(numpy_obs=False):
+    """CartPole whose steps carry an info dict and whose observations are
+    float64 (its space says float32), or, with numpy_obs, exact float32:
+    the answers a vector must take apart without mixing them up."""
+    import gymnasium
+    import numpy as np
+
+    class Odd(gymnasium.Wrapper):
+        n = 0
+
+        def step(self, action):
+            obs, r, term, trunc, info = self.env.step(action)
+            self.n += 1
+            info = dict(info, count=self.n, action=int(action))
+            return (obs if numpy_obs else obs.astype(np.float64)), r, \
+                term, trunc, info
+
+    return Odd(gymnasium.make("CartPole-v1"))
+
+
 def make_pid_cartpole():
     """CartPole whose env answers pid() (the job it runs in) and raises in
     step while its `explode` attribute is set."""

@@ -1,5 +1,6 @@
 """fiber.gym.VectorEnv: gymnasium's VectorEnv over fiber jobs, that
 survives its sub-environments' deaths and exceptions."""
+import functools
 import os
 import random
 import signal
@@ -38,6 +39,37 @@ def test_steps_exactly_as_gymnasiums_sync_vector_env():
                 assert np.array_equal(g, w)
             ends += int(got[2].sum() + got[3].sum())
         assert ends > 0   # episodes ended and were reset
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.parametrize("make", [
+    helpers.make_pendulum,                                # Box actions
+    helpers.make_odd_cartpole,                            # obs not the space's dtype
+    functools.partial(helpers.make_odd_cartpole, numpy_obs=True),  # info
+], ids=["box_actions", "obs_of_another_dtype", "info_dicts"])
+def test_every_space_and_answer_steps_as_the_sync_vector_env(make):
+    """The unpickled step (Box observations, Discrete or Box actions) and
+    its fall-backs give what SyncVectorEnv gives: observations, rewards,
+    ends and infos."""
+    n = 2
+    ours = VectorEnv([make] * n)
+    ref = gym.vector.SyncVectorEnv([make] * n)
+    try:
+        o1, _ = ours.reset(seed=5)
+        o2, _ = ref.reset(seed=5)
+        assert np.array_equal(o1, o2)
+        ours.action_space.seed(3)
+        for _ in range(250):
+            a = ours.action_space.sample()
+            got, want = ours.step(a), ref.step(a)
+            for g, w in zip(got[:4], want[:4]):
+                assert np.array_equal(g, w)
+            assert got[0].dtype == want[0].dtype
+            assert sorted(got[4]) == sorted(want[4])
+            for key in want[4]:
+                assert np.array_equal(got[4][key], want[4][key]), key
     finally:
         ours.close()
         ref.close()
