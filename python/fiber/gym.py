@@ -68,7 +68,8 @@ class _Codec:
     def __init__(self, obs_space, act_space):
         self.obs_dtype = np.dtype(obs_space.dtype)
         self.obs_shape = tuple(obs_space.shape)
-        self.obs_bytes = int(np.prod(self.obs_shape)) * self.obs_dtype.itemsize
+        self.obs_count = int(np.prod(self.obs_shape))
+        self.obs_bytes = self.obs_count * self.obs_dtype.itemsize
         if isinstance(act_space, gym.spaces.Discrete):
             self.act_dtype, self.act_shape = np.dtype("<i8"), ()
         else:
@@ -108,8 +109,8 @@ class _Codec:
         reward, term, trunc = _HEAD.unpack_from(data, 1)
         start = 1 + _HEAD.size
         end = start + self.obs_bytes
-        obs = np.frombuffer(data, dtype=self.obs_dtype, count=int(
-            np.prod(self.obs_shape)), offset=start).reshape(self.obs_shape)
+        obs = np.frombuffer(data, dtype=self.obs_dtype, count=self.obs_count,
+                            offset=start).reshape(self.obs_shape)
         info = pickle.loads(memoryview(data)[end:]) if len(data) > end \
             else {}
         return obs, reward, term, trunc, info
