@@ -104,8 +104,8 @@ def test_gaussian_loss_gradients_match_finite_differences(ppo):
     ratio = np.exp(ppo.gaussian_logp(mu, log_std, act) - old)
     keep = np.abs(np.abs(ratio - 1) - clip) > 1e-3
     mu, act, adv, old = mu[keep], act[keep], adv[keep], old[keep]
-    loss, dmu, dls, ratio, ent = ppo.gaussian_loss(mu, log_std, act, old,
-                                                   adv, clip, ent_coef)
+    _, dmu, dls, ratio, _ = ppo.gaussian_loss(mu, log_std, act, old, adv,
+                                              clip, ent_coef)
     assert np.any(np.abs(ratio - 1) > clip) and np.any(dmu == 0)
     assert np.any(dmu != 0)
 
