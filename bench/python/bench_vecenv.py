@@ -2,6 +2,8 @@
 
     build/venv/bin/python bench/python/bench_vecenv.py [--envs 2,8,32]
         [--steps 2000] [--env CartPole-v1]
+    build/venv-examples/bin/python bench/python/bench_vecenv.py \
+        --env Hopper-v5 --envs 8       # MuJoCo: make python-examples
 
 For each count of sub-environments: build the vector, reset it, step it
 `--steps` times with random actions (one untimed warm-up of 50 steps),
@@ -12,6 +14,7 @@ shared memory), and the ratio.  Last line: one JSON object, AsyncVectorEnv
 under "peer".
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -22,20 +25,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the package, in place
 
 import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
 
 from fiber.gym import VectorEnv  # noqa: E402
 
-ENV = "CartPole-v1"
-
-
-def make():
-    return gym.make(ENV)
-
-
 def rate(envs, steps, n):
     envs.reset(seed=0)
-    rng = np.random.default_rng(0)
+    envs.action_space.seed(0)
     acts = [envs.action_space.sample() for _ in range(64)]
     for k in range(50):
         envs.step(acts[k % 64])
@@ -44,25 +39,25 @@ def rate(envs, steps, n):
         envs.step(acts[k % 64])
     took = time.perf_counter() - t0
     envs.close()
-    del rng
     return steps * n / took
 
 
 def main():
-    global ENV
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--envs", default="2,8,32")
     ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--env", default=ENV)
+    ap.add_argument("--env", default="CartPole-v1")
     a = ap.parse_args()
-    ENV = a.env
-    out = {"env": ENV, "steps": a.steps, "fiber": {}, "peer": {"async": {}},
+    # gym.make and the name pickle by reference: each job (and each
+    # AsyncVectorEnv process) makes the environment itself.
+    make = functools.partial(gym.make, a.env)
+    out = {"env": a.env, "steps": a.steps, "fiber": {}, "peer": {"async": {}},
            "ratio": {}}
     for n in [int(x) for x in a.envs.split(",")]:
         f = rate(VectorEnv([make] * n), a.steps, n)
         m = rate(gym.vector.AsyncVectorEnv([make] * n), a.steps, n)
         print("%s x %d: fiber %.0f env-steps/s, AsyncVectorEnv %.0f: %.2fx"
-              % (ENV, n, f, m, f / m), flush=True)
+              % (a.env, n, f, m, f / m), flush=True)
         out["fiber"][n] = round(f)
         out["peer"]["async"][n] = round(m)
         out["ratio"][n] = round(f / m, 3)
