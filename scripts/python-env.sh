@@ -5,12 +5,13 @@
 #   scripts/python-env.sh [VENV_DIR [EXTRA_PACKAGE...]]
 # gymnasium is in the test venv for the ES example's CartPole test (pure
 # Python), joblib and scikit-learn for the joblib backend's tests,
-# nevergrad for the executor's (a library that takes an Executor);
+# nevergrad for the executor's (a library that takes an Executor), deap
+# and emcee for test_libraries (libraries that take a pool's map);
 # scripts/examples-env.sh passes the examples' heavier extras.
 set -eu
 venv=${1:-build/venv}
 [ $# -gt 0 ] && shift
-want="pytest numpy cloudpickle setuptools wheel gymnasium joblib scikit-learn nevergrad${*:+ $*}"
+want="pytest numpy cloudpickle setuptools wheel gymnasium joblib scikit-learn nevergrad deap emcee${*:+ $*}"
 stamp="$venv/.fiber-packages"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
