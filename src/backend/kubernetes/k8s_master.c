@@ -749,6 +749,36 @@ static int wait_predecessors(struct fb_k8s *k, const char *run)
     }
 }
 
+/* The status of an earlier master pod of the run that ended by itself
+ * (an exit status that is neither FIBER_EXIT_REQUEUE nor a signal's,
+ * 128 + n), or -1.  Such a master ended the run: its Job has backoffLimit
+ * 0, but the Job controller can still start one more pod when it counts
+ * that failure late (seen once in CI: a deleted master's pod counted
+ * after its successor had started), and that pod must not run the
+ * program again. */
+static int ended_by_itself(struct fb_k8s *k, const char *run)
+{
+    const char *self = getenv("HOSTNAME");
+    json_t *l = NULL, *pod;
+    int found = -1, code;
+    size_t i;
+    if (master_pods(k, run, &l) != 0)
+        return -1;
+    json_array_foreach(json_object_get(l, "items"), i, pod)
+    {
+        if ((self && strcmp(name_of(pod), self) == 0) || !pod_exit(pod, &code))
+            continue;
+        if (code != 0 && code != FIBER_EXIT_REQUEUE && code < 128) {
+            fb_log_error("the master's pod %s ended by itself with status %d: "
+                         "the run is over, and this pod of its Job does not "
+                         "run it again", name_of(pod), code);
+            found = code;
+        }
+    }
+    json_decref(l);
+    return found;
+}
+
 int fb_k8s_master_boot(const struct fb_config *cfg, int *resumed)
 {
     struct fb_k8s k;
@@ -767,6 +797,13 @@ int fb_k8s_master_boot(const struct fb_config *cfg, int *resumed)
         rc = count_start(&k, job, &before);
     if (rc == 0 && before > 0)
         rc = wait_predecessors(&k, run);
+    if (rc == 0 && before > 0) {
+        int over = ended_by_itself(&k, run);
+        if (over >= 0) {
+            fb_k8s_close(&k);
+            _exit(over); /* as that master did: fiber run reports it */
+        }
+    }
     if (rc == 0) {
         *resumed = before;
         fb_log_info("master of Job %s: start %d%s", job, before + 1,

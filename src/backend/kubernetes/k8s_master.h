@@ -71,8 +71,12 @@ int fb_k8s_master_follow(const char *pod, int is_job, int fd, int err_fd);
  * and writes the starts before it to *resumed; when that is not 0, waits
  * for the master's previous pod to end (a deleted pod's replacement
  * starts during its grace period), up to its grace and a minute, so that
- * this master reads what that one's stop callbacks saved.  Needs get and
- * patch on jobs.  Returns 0, FIBER_ECONFIG (not in a cluster),
+ * this master reads what that one's stop callbacks saved.  When an
+ * earlier master pod ended by itself (a status that is neither
+ * FIBER_EXIT_REQUEUE nor a signal's), the run is over: the process exits
+ * at once with that status instead of running the program again (the Job
+ * controller may start one more pod after such an end, counting it
+ * late).  Needs get and patch on jobs.  Returns 0, FIBER_ECONFIG (not in a cluster),
  * FIBER_EBACKEND (refused, no such Job), FIBER_EUNREACHABLE. */
 int fb_k8s_master_boot(const struct fb_config *cfg, int *resumed);
 
