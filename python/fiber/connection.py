@@ -28,7 +28,7 @@ with an authentication key, reach any host, and need nothing of fiber.
 import time as _time
 from multiprocessing import connection as _mpc
 
-from .queues import Connection, _QueueEnd
+from .queues import Connection, Pipe, _QueueEnd
 
 Listener = _mpc.Listener
 Client = _mpc.Client
@@ -39,12 +39,6 @@ __all__ = ["Client", "Listener", "Pipe", "wait", "Connection"]
 
 _FIRST_SLICE = 0.0001
 _LAST_SLICE = 0.005
-
-
-def Pipe(duplex=True):
-    """fiber.Pipe (two fiber Connections)."""
-    from .queues import Pipe as _pipe
-    return _pipe(duplex)
 
 
 def _is_fiber_end(obj):
@@ -65,16 +59,14 @@ def wait(object_list, timeout=None):
     while True:
         ready = {id(o) for o in ends if o.poll(0)}
         left = None if deadline is None else deadline - _time.monotonic()
-        pause = 0.0 if ready or (left is not None and left <= 0) else \
+        expired = left is not None and left <= 0
+        # Nothing ready and time left: wait a slice on the other objects.
+        pause = 0.0 if ready or expired else \
             slice_s if left is None else min(slice_s, left)
         if others:
             ready.update(id(o) for o in _mpc.wait(others, pause))
         elif pause > 0:
             _time.sleep(pause)
-        if ready:
-            return [o for o in objects if id(o) in ready]
-        if deadline is not None and _time.monotonic() >= deadline:
-            # One last look: a message that came during the last slice.
-            ready = {id(o) for o in ends if o.poll(0)}
+        if ready or expired:
             return [o for o in objects if id(o) in ready]
         slice_s = min(slice_s * 2, _LAST_SLICE)

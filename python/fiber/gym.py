@@ -135,29 +135,20 @@ def _worker(env_fn, conn):
         else:
             cmd, arg = pickle.loads(data)
         try:
-            if cmd == "step" and codec is not None:
-                if ended:
+            if cmd == "step":
+                if ended:   # NEXT_STEP autoreset: this step only resets
                     obs, info = env.reset()
-                    step = (obs, 0.0, False, False, info)
+                    obs, reward, term, trunc = obs, 0.0, False, False
                 else:
-                    step = env.step(arg)
-                ended = bool(step[2] or step[3])
-                out = codec.answer(*step)
+                    obs, reward, term, trunc, info = env.step(arg)
+                ended = bool(term or trunc)
+                out = codec.answer(obs, reward, term, trunc, info) \
+                    if codec is not None else None
                 if out is not None:
                     conn.send_bytes(out)
                 else:
-                    conn.send(("ok", (step[0], float(step[1]), bool(step[2]),
-                                      bool(step[3]), step[4])))
-            elif cmd == "step":
-                if ended:
-                    obs, info = env.reset()
-                    ended = False
-                    conn.send(("ok", (obs, 0.0, False, False, info)))
-                    continue
-                obs, reward, term, trunc, info = env.step(arg)
-                ended = bool(term or trunc)
-                conn.send(("ok", (obs, float(reward), bool(term), bool(trunc),
-                                  info)))
+                    conn.send(("ok", (obs, float(reward), bool(term),
+                                      bool(trunc), info)))
             elif cmd == "reset":
                 seed, options = arg
                 obs, info = env.reset(seed=seed, options=options)

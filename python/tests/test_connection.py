@@ -81,3 +81,16 @@ def test_multiprocessings_own_names():
     r, _ = fiber.Pipe(duplex=False)
     with pytest.raises(OSError, match="no file descriptor"):
         mpc.wait([r], timeout=0)
+
+
+def test_wait_refuses_what_cannot_be_waited_on():
+    """As multiprocessing's wait: a closed end, a writing end and an object
+    that is neither an end nor a file raise, naming the problem."""
+    r, w = fiber.Pipe(duplex=False)
+    with pytest.raises(OSError, match="write-only"):
+        fc.wait([w], timeout=0)
+    with pytest.raises(ValueError, match="Invalid file object"):
+        fc.wait([r, object()], timeout=0)
+    r.close()
+    with pytest.raises(OSError, match="closed"):
+        fc.wait([r], timeout=0)

@@ -35,20 +35,28 @@ def _arrays(path):
         return {k: z[k].copy() for k in z.files}
 
 
-def test_a_resumed_run_continues_identically(ppo, tmp_path):
-    args = ["--envs", "2", "--steps", "64", "--minibatch", "64",
-            "--updates", "4"]
+def _whole_equals_stopped_and_resumed(ppo, tmp_path, args, stop_after):
+    """Runs args (4 updates) whole, then stopped after stop_after updates
+    and resumed from its checkpoint; asserts both checkpoints are equal,
+    array for array, and returns the whole run's."""
     whole = str(tmp_path / "whole.npz")
     ppo.main(args + ["--checkpoint", whole])
     parts = str(tmp_path / "parts.npz")
-    ppo.main(args + ["--checkpoint", parts, "--stop-after", "2"])
-    assert int(_arrays(parts)["update"]) == 2
+    ppo.main(args + ["--checkpoint", parts, "--stop-after", str(stop_after)])
+    assert int(_arrays(parts)["update"]) == stop_after
     ppo.main(args + ["--checkpoint", parts, "--resume"])
     a, b = _arrays(whole), _arrays(parts)
     assert int(a["update"]) == int(b["update"]) == 4
     assert a.keys() == b.keys()
     for k in a:
         assert np.array_equal(a[k], b[k]), k
+    return a
+
+
+def test_a_resumed_run_continues_identically(ppo, tmp_path):
+    args = ["--envs", "2", "--steps", "64", "--minibatch", "64",
+            "--updates", "4"]
+    a = _whole_equals_stopped_and_resumed(ppo, tmp_path, args, 2)
     # It learned something: not the initial networks.
     first = str(tmp_path / "first.npz")
     ppo.main(args + ["--checkpoint", first, "--stop-after", "1"])
@@ -69,16 +77,7 @@ def test_a_gaussian_run_resumes_identically(ppo, tmp_path):
     resumed run ends bit for bit where the whole one does."""
     args = ["--env", "Pendulum-v1", "--envs", "2", "--steps", "64",
             "--minibatch", "64", "--epochs", "2", "--updates", "4"]
-    whole = str(tmp_path / "whole.npz")
-    ppo.main(args + ["--checkpoint", whole])
-    parts = str(tmp_path / "parts.npz")
-    ppo.main(args + ["--checkpoint", parts, "--stop-after", "3"])
-    ppo.main(args + ["--checkpoint", parts, "--resume"])
-    a, b = _arrays(whole), _arrays(parts)
-    assert int(a["update"]) == int(b["update"]) == 4
-    assert a.keys() == b.keys()
-    for k in a:
-        assert np.array_equal(a[k], b[k]), k
+    a = _whole_equals_stopped_and_resumed(ppo, tmp_path, args, 3)
     # pi_p6 is log_std (after the MLP's three weights and biases): trained
     # from -0.5, one per action dimension.
     assert a["pi_p6"].shape == (1,) and a["pi_p6"][0] != -0.5
