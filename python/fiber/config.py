@@ -13,7 +13,9 @@ Reading an attribute returns the value in force; assigning one sets it
   ``image``; ``log_level`` (also Fiber's ``warning``, ``critical`` and
   ``logging`` integers; read back as a ``logging`` integer, as Fiber has
   it) -> ``log_level``; ``debug`` -> ``log_level = debug``; ``log_file``
-  -> ``log_dir`` (its folder); ``kubernetes_namespace`` ->
+  (a path prefix: each process logs to ``<log_file>.<its name>``, the
+  master to ``<log_file>.MainProcess``; None for ``log_dir``'s layout)
+  -> ``log_file``; ``kubernetes_namespace`` ->
   ``k8s_namespace``; ``cpu_per_job`` and ``mem_per_job`` (MiB) -> the
   CPUs and memory every job started from Python reserves unless its
   function's ``@fiber.meta`` says otherwise.  Fiber's internal keys that
@@ -128,21 +130,13 @@ def _set_debug(value, key="debug"):
 
 
 def _get_log_file():
-    folder = _get("log_dir")
-    return _os.path.join(folder, "fiber.log") if folder else None
+    return _get("log_file") or None
 
 
 def _set_log_file(value, key="log_file"):
-    if value is None:
-        _set("log_dir", "")      # the default folder, as before any set
-        return
-    text = str(value)
-    if text in ("stdout", "stderr"):
-        _refuse("log_file", value, "fiber's jobs always log to files (the "
-                "master logs to standard error): set a path, whose folder "
-                "becomes fiber's log_dir")
-    folder = _os.path.dirname(_os.path.abspath(text))
-    _set("log_dir", folder)
+    # Fiber's layout: each process logs to <value>.<its name>, the master
+    # to <value>.MainProcess; None goes back to log_dir's layout.
+    _set("log_file", "" if value is None else _os.fspath(value))
 
 
 def _get_namespace():

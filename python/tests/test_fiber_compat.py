@@ -177,38 +177,46 @@ def test_proxy_stored_inside_another_managed_object(script):
 CONFIG = """
 import logging, fiber, fiber.config as fc
 from fiber import _fiber
-print("backend", fc.default_backend, fc.backend)
-print("file", fc.image, fc.log_level == logging.INFO, fc.kubernetes_namespace)
-fc.log_level = "warning"
-print("level", _fiber.config_get("log_level"), fc.log_level == logging.WARNING)
-fc.debug = True
-print("debug", _fiber.config_get("log_level"), fc.debug)
-fiber.init(default_image="other:1", log_file="/tmp/fiber-compat/x.log")
-print("init", _fiber.config_get("image"), _fiber.config_get("log_dir"),
-      fc.log_file)
-fiber.init(log_file=None)      # Fiber's way back to the default
-print("log_file", repr(_fiber.config_get("log_dir")), fc.log_file)
-fc.cpu_per_job = 2
-fc.mem_per_job = 512
-from fiber.process import _job_meta
-print("meta", _job_meta(print) == {"cpu": 2, "memory": 512, "gpu": 0})
-for key, value, err in [("ipc_active", False, NotImplementedError),
-                        ("use_push_queue", False, NotImplementedError),
-                        ("log_level", "loud", fiber.ConfigError),
-                        ("bogus_key", 1, fiber.ConfigError)]:
+if __name__ == "__main__":  # a job imports this file again
+    print("backend", fc.default_backend, fc.backend)
+    print("file", fc.image, fc.log_level == logging.INFO, fc.kubernetes_namespace)
+    fc.log_level = "warning"
+    print("level", _fiber.config_get("log_level"), fc.log_level == logging.WARNING)
+    fc.debug = True
+    print("debug", _fiber.config_get("log_level"), fc.debug)
+    import os
+    fiber.init(default_image="other:1", log_file="logs/x.log")
+    print("init", _fiber.config_get("image"), _fiber.config_get("log_file"),
+          fc.log_file, sorted(os.listdir("logs")))
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=q.put, args=("from a job",), name="Logged-1")
+    p.start()
+    print("job", q.get(), end=" ")
+    p.join()
+    print(p.exitcode, sorted(os.listdir("logs")))
+    fiber.init(log_file=None)      # Fiber's way back to the default
+    print("log_file", repr(_fiber.config_get("log_file")), fc.log_file)
+    fc.cpu_per_job = 2
+    fc.mem_per_job = 512
+    from fiber.process import _job_meta
+    print("meta", _job_meta(print) == {"cpu": 2, "memory": 512, "gpu": 0})
+    for key, value, err in [("ipc_active", False, NotImplementedError),
+                            ("use_push_queue", False, NotImplementedError),
+                            ("log_level", "loud", fiber.ConfigError),
+                            ("bogus_key", 1, fiber.ConfigError)]:
+        try:
+            setattr(fc, key, value)
+            print("accepted", key)
+        except err as e:
+            print("refused", key, type(e).__name__)
+    fc.ipc_active = True
+    fiber.reset()
+    print("reset", _fiber.config_get("log_level"), _fiber.config_get("image"),
+          fc.cpu_per_job)
     try:
-        setattr(fc, key, value)
-        print("accepted", key)
-    except err as e:
-        print("refused", key, type(e).__name__)
-fc.ipc_active = True
-fiber.reset()
-print("reset", _fiber.config_get("log_level"), _fiber.config_get("image"),
-      fc.cpu_per_job)
-try:
-    fc.no_such_key
-except AttributeError as e:
-    print("unknown", "default_backend" in str(e))
+        fc.no_such_key
+    except AttributeError as e:
+        print("unknown", "default_backend" in str(e))
 """
 
 
@@ -223,7 +231,8 @@ def test_fiber_config_reflects_and_sets_the_configuration(script, tmp_path):
         "file fiber-test:latest True research",
         "level warn True",
         "debug debug True",
-        "init other:1 /tmp/fiber-compat /tmp/fiber-compat/fiber.log",
+        "init other:1 logs/x.log logs/x.log ['x.log.MainProcess']",
+        "job from a job 0 ['x.log.Logged-1', 'x.log.MainProcess']",
         "log_file '' None",
         "meta True",
         "refused ipc_active NotImplementedError",

@@ -32,10 +32,10 @@ static _Atomic int log_level = FIBER_LOG_WARN;
 static _Atomic int log_fd = STDERR_FILENO;
 static char log_name[FB_LOG_NAME_MAX] = "master";
 
-/* The file fb_log_to_dir chose, opened when the first line is written: most
- * children never log, and creating a file costs more than the rest of a
- * child's start-up (an inode allocation per job).  open_mu serialises that
- * one open. */
+/* The file fb_log_to_dir or fb_log_to_prefix chose, opened when the first
+ * line is written: most children never log, and creating a file costs more
+ * than the rest of a child's start-up (an inode allocation per job).
+ * open_mu serialises that one open. */
 static char pending_path[PATH_MAX];
 static _Atomic int pending_open;
 static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -97,6 +97,36 @@ static int install_fd(int fd)
     return rc < 0 ? -1 : 0;
 }
 
+static int open_pending(void);
+
+/* Makes path the file the next line opens (or opens it now).  Creates the
+ * folder path lies in, with mode 0700, if it is missing (unless the
+ * caller has: made_folder). */
+static int log_to_path(const char *path, int now, int made_folder)
+{
+    char folder[PATH_MAX];
+    size_t len = fb_strlcpy(folder, path, sizeof folder);
+    if (len >= sizeof folder) {
+        errno = ENAMETOOLONG;
+        return fb_err_errno(FIBER_ESYS, "cannot open log file %.200s...",
+                            path);
+    }
+    char *slash = strrchr(folder, '/');
+    if (!made_folder && slash && slash != folder) {
+        *slash = '\0';
+        if (fb_make_dirs(folder) != 0)
+            return fb_err_errno(FIBER_ESYS, "cannot create log directory %s",
+                                folder);
+    }
+    pthread_mutex_lock(&open_mu);
+    memcpy(pending_path, path, len + 1);
+    pending_open = 1;
+    pthread_mutex_unlock(&open_mu);
+    if (now && open_pending() != 0)
+        return fb_err(FIBER_ESYS, "cannot open log file %s", path);
+    return 0;
+}
+
 int fb_log_to_dir(const char *dir, const char *proc_name)
 {
     char file_name[FB_LOG_NAME_MAX];
@@ -111,17 +141,43 @@ int fb_log_to_dir(const char *dir, const char *proc_name)
         errno = ENAMETOOLONG;
         return fb_err_errno(FIBER_ESYS, "cannot open log file in %s", dir);
     }
-    pthread_mutex_lock(&open_mu);
-    memcpy(pending_path, path, (size_t)len + 1);
-    pending_open = 1;
-    pthread_mutex_unlock(&open_mu);
-    return 0;
+    return log_to_path(path, 0, 1);
 }
 
-/* Opens the file fb_log_to_dir chose, once.  If it cannot be opened the
- * log stays where it was, and says so there. */
-static void open_pending(void)
+int fb_log_to_prefix(const char *prefix, const char *proc_name, int now)
 {
+    char file_name[FB_LOG_NAME_MAX];
+    char path[PATH_MAX];
+    file_name_of(proc_name ? proc_name : log_name, file_name,
+                 sizeof file_name);
+    int len = snprintf(path, sizeof path, "%s.%s", prefix, file_name);
+    if (len < 0 || (size_t)len >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return fb_err_errno(FIBER_ESYS, "cannot open log file %.200s...",
+                            prefix);
+    }
+    return log_to_path(path, now, 0);
+}
+
+void fb_log_to_stderr(void)
+{
+    pthread_mutex_lock(&open_mu);
+    pending_open = 0;
+    int current = log_fd;
+    if (current != STDERR_FILENO) {
+        /* Same number, now standard error: see install_fd. */
+        if (dup3(STDERR_FILENO, current, O_CLOEXEC) < 0) {
+            /* stays on the file */
+        }
+    }
+    pthread_mutex_unlock(&open_mu);
+}
+
+/* Opens the file chosen last, once.  If it cannot be opened the log stays
+ * where it was, says so there, and -1 is returned. */
+static int open_pending(void)
+{
+    int rc = 0;
     pthread_mutex_lock(&open_mu);
     if (pending_open) {
         /* pending_open drops only once the file is in place, so a thread
@@ -135,10 +191,12 @@ static void open_pending(void)
             if (n > 0 && write(log_fd, msg, (size_t)n) < 0) {
                 /* nowhere left to say it */
             }
+            rc = -1;
         }
         pending_open = 0;
     }
     pthread_mutex_unlock(&open_mu);
+    return rc;
 }
 
 /* ---- writing a line ------------------------------------------------------ */

@@ -16,6 +16,15 @@ void fb_log_setup(int level, const char *proc_name);
  * FIBER_ESYS (the log stays on stderr). */
 int fb_log_to_dir(const char *dir, const char *proc_name);
 
+/* Sends further lines to the file <prefix>.<proc_name> (Uber Fiber's
+ * log_file layout), creating its folder if needed; with now, opens it at
+ * once (so that it exists even before a line is written) and fails if it
+ * cannot.  Returns 0 or FIBER_ESYS (the log stays where it was). */
+int fb_log_to_prefix(const char *prefix, const char *proc_name, int now);
+
+/* Sends further lines to standard error again. */
+void fb_log_to_stderr(void);
+
 /* Returns 1 if a line at level would be written. */
 int fb_log_enabled(int level);
 

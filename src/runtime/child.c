@@ -124,8 +124,14 @@ static void setup_config_and_log(struct fb_runtime *rt, const struct boot *b)
     int rc = fb_config_load_env(&rt->cfg, environ);
     fb_rt_config_changed();
     fb_log_setup(rt->cfg.log_level, b->name);
-    if (rt->cfg.log_dir[0] && fb_log_to_dir(rt->cfg.log_dir, b->name) != 0)
+    /* log_file arrives absolute (the master resolved it). */
+    if (rt->cfg.log_file[0]) {
+        if (fb_log_to_prefix(rt->cfg.log_file, b->name, 0) != 0)
+            fb_log_warn("logging to stderr: %s", fiber_last_error());
+    } else if (rt->cfg.log_dir[0] &&
+               fb_log_to_dir(rt->cfg.log_dir, b->name) != 0) {
         fb_log_warn("logging to stderr: %s", fiber_last_error());
+    }
     if (rc)
         die(FB_EXIT_BOOT, "bad configuration from the master: %s",
             fiber_last_error());

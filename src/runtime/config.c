@@ -35,6 +35,7 @@
     X(backend, STR, "local", backend, 0, 0)                                    \
     X(log_level, INT, FIBER_LOG_WARN, log_level, 0, 0)                         \
     X(log_dir, STR, "", path, 0, 0)                                            \
+    X(log_file, STR, "", log_file, 0, 0)                                       \
     X(transport, INT, FB_TRANSPORT_IPC, transport, 0, 0)                       \
     X(listen_host, STR, "auto", host, 0, 0)                                    \
     X(connect_timeout_ms, INT, 30000, integer, 1, 86400000)                    \
@@ -266,6 +267,23 @@ static int parse_path(const struct key_spec *k, const char *text,
         return 0;
     }
     return parse_text(k, text, origin, "path", out);
+}
+
+/* log_file: Uber Fiber's layout, a path prefix each process appends
+ * ".<its name>" to; empty (the default) for log_dir's layout.  Fiber's
+ * "stdout" and "stderr" are refused: fiber's master logs to standard error
+ * and its jobs to files. */
+#define format_log_file format_string
+static int parse_log_file(const struct key_spec *k, const char *text,
+                          const char *origin, union cfg_value *out)
+{
+    if (strcmp(text, "stdout") == 0 || strcmp(text, "stderr") == 0)
+        return fb_err(FIBER_ECONFIG,
+                      "log_file = %s (%s) is not supported: fiber's master "
+                      "logs to standard error and its jobs to files; set a "
+                      "path prefix, or leave log_file empty for log_dir",
+                      text, origin);
+    return parse_path(k, text, origin, out);
 }
 
 static int parse_host(const struct key_spec *k, const char *text,
@@ -752,28 +770,6 @@ static const char *fiber_log_level(const char *value)
     return value;
 }
 
-/* Fiber's log_file (a path prefix each process appends its name to):
- * fiber's log_dir is its folder. */
-static int apply_fiber_log_file(struct fb_config *c, const char *value,
-                                const char *origin)
-{
-    if (strcmp(value, "stdout") == 0 || strcmp(value, "stderr") == 0)
-        return fb_err(FIBER_ECONFIG,
-                      "Fiber's log_file = %s (%s) is not supported: fiber's "
-                      "jobs log to files in log_dir (the master to standard "
-                      "error)", value, origin);
-    char folder[512]; /* log_dir holds at most 511 bytes */
-    fb_strlcpy(folder, value, sizeof folder);
-    char *slash = strrchr(folder, '/');
-    if (slash == NULL)
-        fb_strlcpy(folder, ".", sizeof folder);
-    else if (slash == folder)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    return fb_config_apply(c, "log_dir", folder, origin);
-}
-
 /* Whether name is one of Fiber's keys that fiber's table lacks. */
 static int is_fiber_only_key(const char *name)
 {
@@ -783,7 +779,7 @@ static int is_fiber_only_key(const char *name)
     for (size_t i = 0; i < FB_ARRAY_LEN(fiber_refusals); i++)
         if (strcmp(name, fiber_refusals[i].name) == 0)
             return 1;
-    return strcmp(name, "log_file") == 0 || strcmp(name, "debug") == 0;
+    return strcmp(name, "debug") == 0;
 }
 
 static int apply_fiber_pair(struct fb_config *c, const char *name,
@@ -799,8 +795,6 @@ static int apply_fiber_pair(struct fb_config *c, const char *name,
                           "fiber: %s", name, origin, fiber_refusals[i].why);
     if (strcmp(name, "log_level") == 0)
         return fb_config_apply(c, name, fiber_log_level(value), origin);
-    if (strcmp(name, "log_file") == 0)
-        return apply_fiber_log_file(c, value, origin);
     if (strcmp(name, "debug") == 0) {
         union cfg_value on;
         const struct key_spec *k = find_key("encryption"); /* a boolean */

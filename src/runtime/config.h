@@ -23,6 +23,7 @@ struct fb_config {
     char backend[32];           /* "local" */
     int log_level;              /* enum fiber_log_level */
     char log_dir[512];          /* "" = default, decided by the runtime */
+    char log_file[512];         /* Fiber's prefix: <log_file>.<name>; "" = off */
     int transport;              /* FB_TRANSPORT_* */
     char listen_host[256];      /* tcp only; "auto" (addr.c) by default */
     int connect_timeout_ms;     /* > 0 */

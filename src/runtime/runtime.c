@@ -107,6 +107,39 @@ static int remember_override(const char *key, const char *value)
     return 0;
 }
 
+/* The master's side of log_file (Uber Fiber's layout): the key made
+ * absolute against the working directory at the time it is set, so that
+ * jobs, wherever they start, write next to the master's own file
+ * <log_file>.MainProcess (the name multiprocessing and Fiber give the main
+ * process).  Opened at once: a path that cannot be written is an error
+ * now, not a lost log later. */
+static int master_log_file(const char *value)
+{
+    char path[PATH_MAX] = "";
+    if (value[0] == '/') {
+        fb_strlcpy(path, value, sizeof path);
+    } else if (value[0]) {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd))
+            return fb_err_errno(FIBER_ESYS, "log_file %s: cannot read the "
+                                "working directory", value);
+        int n = snprintf(path, sizeof path, "%s/%s", cwd, value);
+        if (n < 0 || (size_t)n >= sizeof rt.log_file)
+            return fb_err(FIBER_ECONFIG, "log_file %s: the path in %s is "
+                          "longer than %zu bytes", value, cwd,
+                          sizeof rt.log_file - 1);
+    }
+    if (strcmp(path, rt.log_file) == 0)
+        return 0;
+    if (path[0] == '\0')
+        fb_log_to_stderr();
+    else if (fb_log_to_prefix(path, "MainProcess", 1) != 0)
+        return fb_err(FIBER_ECONFIG, "log_file %s: %s", value,
+                      fiber_last_error());
+    fb_strlcpy(rt.log_file, path, sizeof rt.log_file);
+    return 0;
+}
+
 FIBER_API int fiber_config_set(const char *key, const char *value)
 {
     if (!key || !value)
@@ -121,6 +154,8 @@ FIBER_API int fiber_config_set(const char *key, const char *value)
     int rc = fb_config_apply(&scratch, key, value, "fiber_config_set");
     if (rc == 0)
         rc = remember_override(key, value);
+    if (rc == 0 && rt.initialized && rt.master)
+        rc = master_log_file(scratch.log_file);
     if (rc == 0 && rt.initialized) {
         rt.cfg = scratch;
         fb_rt_config_changed();
@@ -183,6 +218,9 @@ static int init_master(void)
     if (rc)
         return rc;
     fb_log_setup(rt.cfg.log_level, "master");
+    rc = master_log_file(rt.cfg.log_file);
+    if (rc)
+        return rc;
     raise_fd_limit();
     fb_run_secret_new(rt.token, sizeof rt.token);
     rc = fb_build_id(rt.build_id, sizeof rt.build_id);
@@ -423,6 +461,8 @@ static int config_env(char **env, size_t *n, size_t cap)
         char val[600], var[700];
         if (strcmp(key, "log_dir") == 0)
             fb_strlcpy(val, rt.log_dir, sizeof val);
+        else if (strcmp(key, "log_file") == 0)
+            fb_strlcpy(val, rt.log_file, sizeof val);
         else if (fb_config_format(&rt.cfg, key, val, sizeof val) != 0)
             continue;
         size_t k = (size_t)snprintf(var, sizeof var, "FIBER_");
@@ -665,6 +705,17 @@ static int launch_locked(struct fb_jobrec *j, const fiber_job_opts *opts,
         .run_dir = rt.run_dir,
         .log_dir = rt.log_dir,
     };
+    /* With log_file the job writes next to it: that folder is the one a
+     * container must see. */
+    char log_folder[PATH_MAX];
+    if (rt.log_file[0]) {
+        fb_strlcpy(log_folder, rt.log_file, sizeof log_folder);
+        char *slash = strrchr(log_folder, '/');
+        if (slash && slash != log_folder) {
+            *slash = '\0';
+            spec.log_dir = log_folder;
+        }
+    }
     /* Only jobs that run the job command can be forked from its server. */
     if (rt.job_argv && program == rt.job_argv[0] && rt.forkserver_argv &&
         rt.cfg.fork_server) {

@@ -193,6 +193,7 @@ struct fb_runtime {
     char **forkserver_argv; /* fiber_job_forkserver_set; NULL: none */
     char run_dir[512];  /* "" until the listener starts */
     char log_dir[512];  /* effective log directory for children */
+    char log_file[512]; /* the log_file key made absolute; "" when unset */
     char address[600];  /* what children dial */
 
     /* master: service state (service.c) */

@@ -20,7 +20,7 @@
 /* Every key, in the order of the table in config.c. */
 static const char *const all_keys[] = {
     "backend",           "log_level",          "log_dir",
-    "transport",         "listen_host",        "connect_timeout_ms",
+    "log_file",          "transport",         "listen_host",        "connect_timeout_ms",
     "terminate_grace_ms", "max_message_bytes",  "heartbeat_ms", "fork_server",
     "image",             "docker_socket",      "docker_network",
     "docker_mounts",     "docker_build_image", "listen_interface",
@@ -165,6 +165,9 @@ static const struct good_case good_cases[] = {
     {"log_dir", "/var/tmp/fiber logs", "/var/tmp/fiber logs"},
     {"log_dir", "relative/dir", "relative/dir"},
     {"log_dir", "", ""}, /* the default folder again */
+    {"log_file", "/scratch/logs/fiber.log", "/scratch/logs/fiber.log"},
+    {"log_file", "logs/fiber.log", "logs/fiber.log"},
+    {"log_file", "", ""}, /* log_dir's layout again */
     {"transport", "ipc", "ipc"},
     {"transport", "TCP", "tcp"},
     {"listen_host", "0.0.0.0", "0.0.0.0"},
@@ -309,7 +312,7 @@ TEST(apply_unknown_key)
               FIBER_ECONFIG);
     CHECK_STR(fiber_last_error(),
               "unknown key 'log_levle' (.fiberconfig:3); known keys: backend, "
-              "log_level, log_dir, transport, listen_host, connect_timeout_ms, "
+              "log_level, log_dir, log_file, transport, listen_host, connect_timeout_ms, "
               "terminate_grace_ms, max_message_bytes, heartbeat_ms, fork_server, image, "
               "docker_socket, docker_network, docker_mounts, "
           "docker_build_image, listen_interface, encryption, "
@@ -485,7 +488,7 @@ TEST(file_uber_fiber_default_section)
     CHECK_STR(c.backend, "docker");
     CHECK_STR(c.image, "fiber-test:latest");
     CHECK_EQ(c.log_level, FIBER_LOG_WARN);
-    CHECK_STR(c.log_dir, "/tmp/fiberlogs");
+    CHECK_STR(c.log_file, "/tmp/fiberlogs/fiber.log");
     CHECK_STR(c.k8s_namespace, "research");
     CHECK_EQ(c.connect_timeout_ms, 700);
 
@@ -656,7 +659,7 @@ TEST(env_uber_fiber_variables)
     CHECK_EQ(c.log_level, FIBER_LOG_WARN);
     CHECK_STR(c.image, "fiber-test:latest");
     CHECK_STR(c.k8s_namespace, "research");
-    CHECK_STR(c.log_dir, "/var/tmp/f");
+    CHECK_STR(c.log_file, "/var/tmp/f/fiber.log");
 
     char *refused[] = {"FIBER_CPU_PER_JOB=2", NULL};
     CHECK_ERR(fb_config_load_env(&c, refused), FIBER_ECONFIG);
@@ -674,7 +677,7 @@ TEST(env_unknown_variable)
     CHECK_STR(fiber_last_error(),
               "unknown environment variable FIBER_NOPE: not a fiber "
               "configuration key; known keys: backend, log_level, log_dir, "
-              "transport, listen_host, connect_timeout_ms, "
+              "log_file, transport, listen_host, connect_timeout_ms, "
               "terminate_grace_ms, max_message_bytes, heartbeat_ms, fork_server, image, "
               "docker_socket, docker_network, docker_mounts, "
           "docker_build_image, listen_interface, encryption, "

@@ -344,6 +344,81 @@ TEST(child_logs_go_to_a_file_named_after_it)
     rmdir(dir);
 }
 
+/* Uber Fiber's layout: log_file is a prefix, the master writes
+ * <prefix>.MainProcess (opened when the key is set) and each job
+ * <prefix>.<its name>; a relative prefix is the master's working
+ * directory's, wherever the job starts. */
+TEST(log_file_prefix_names_each_process)
+{
+    char dir[] = "/tmp/fiber-logfile-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char cwd[512];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL);
+    CHECK_EQ(chdir(dir), 0);
+    CHECK_OK(fiber_config_set("log_level", "info"));
+    CHECK_OK(fiber_config_set("log_file", "logs/fiber.log"));
+    char value[64];
+    CHECK_OK(fiber_config_get("log_file", value, sizeof value));
+    CHECK_STR(value, "logs/fiber.log");
+    CHECK_EQ(chdir(cwd), 0); /* the prefix stays where it was set */
+
+    char master_path[600], job_path[600], text[4096] = {0};
+    snprintf(master_path, sizeof master_path,
+             "%s/logs/fiber.log.MainProcess", dir);
+    struct stat st;
+    CHECK_EQ(stat(master_path, &st), 0); /* there before any line */
+    CHECK_EQ(st.st_mode & 0777, 0600);
+
+    fiber_job_opts o = {.name = "logger-2", .workdir = "/"};
+    fiber_process *p;
+    CHECK_OK(fiber_process_start(&p, "log_hello", NULL, 0, &o));
+    CHECK_OK(fiber_process_join(p, 20000));
+    int code;
+    CHECK_OK(fiber_process_exitcode(p, &code));
+    CHECK_EQ(code, 0);
+    fiber_process_free(p);
+    snprintf(job_path, sizeof job_path, "%s/logs/fiber.log.logger-2", dir);
+    FILE *f = fopen(job_path, "r");
+    if (!f)
+        TH_FAIL("no log file at %s", job_path);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    CHECK(n > 0);
+    CHECK_CONTAINS(text, "hello from the child");
+    CHECK_CONTAINS(text, "logger-2[");
+
+    /* The master's lines go to its own file; "" sends them back to
+     * standard error and the file keeps what it had. */
+    fiber_log(FIBER_LOG_WARN, "a line for the master's file");
+    CHECK_OK(fiber_config_set("log_file", ""));
+    fiber_log(FIBER_LOG_WARN, "a line for standard error");
+    memset(text, 0, sizeof text);
+    f = fopen(master_path, "r");
+    CHECK(f != NULL);
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    CHECK_CONTAINS(text, "master[");
+    CHECK_CONTAINS(text, "a line for the master's file");
+    CHECK(strstr(text, "hello from the child") == NULL);
+    CHECK(strstr(text, "a line for standard error") == NULL);
+
+    /* Fiber's "stdout" and a folder that cannot be made are refused, and
+     * change nothing. */
+    CHECK_ERR(fiber_config_set("log_file", "stdout"), FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "log_file = stdout");
+    CHECK_ERR(fiber_config_set("log_file", "/proc/nonexistent/fiber.log"),
+              FIBER_ECONFIG);
+    CHECK_CONTAINS(fiber_last_error(), "log_file /proc/nonexistent/fiber.log");
+    CHECK_OK(fiber_config_get("log_file", value, sizeof value));
+    CHECK_STR(value, "");
+
+    unlink(job_path);
+    unlink(master_path);
+    snprintf(job_path, sizeof job_path, "%s/logs", dir);
+    rmdir(job_path);
+    CHECK_EQ(rmdir(dir), 0);
+}
+
 /* ---- children die with their master ---------------------------------- */
 
 /* A second master: starts three long sleepers, prints their pids, waits. */
