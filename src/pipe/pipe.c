@@ -606,6 +606,7 @@ static int control_frame(fiber_pipe *p, const struct fb_wire_hdr *h,
     }
     p->peer_relayed = (int64_t)n;
     p->state = S_LINKED;
+    fb_log_debug("pipe %u %s: linked directly", p->rdv, side_name(p->side));
     return 0;
 }
 
