@@ -103,11 +103,15 @@ static PyObject *status(int rc, const char *msg)
  *     at once, with whatever is gathered: a lone put is on the wire when
  *     put returns, as fiber_queue_put's is;
  *   - puts closer than that gather, and a batch goes when it holds
- *     BATCH_MAX messages or BATCH_BYTES, when its first message is
- *     HOLD_NS old (at the next put), or STEADY_NS after the flusher
- *     thread (below) woke, which a put asks for as soon as something is
- *     gathered: the tail of a burst waits a thread wake-up and
- *     STEADY_NS, tens of microseconds;
+ *     BATCH_MAX messages or BATCH_BYTES, or when its first message is
+ *     HOLD_NS old (at the next put), all handed over by the putting
+ *     thread; or, once the puts stop for STEADY_NS, by the flusher
+ *     thread (below), which a put wakes as soon as something is
+ *     gathered: the tail of a burst waits a thread wake-up and about
+ *     STEADY_NS after the last put, tens of microseconds.  (The flusher
+ *     used to take the batch STEADY_NS after it woke, burst or not: a
+ *     steady producer then met it on its locks every few dozen puts,
+ *     and a put cost twice what it does now);
  *   - any other call on the handle (get, size, flush, a put with a
  *     timeout, its end) hands over what is gathered first, so a process
  *     sees its own puts in order, and fbp_queue_flush_all (task.c, when a
@@ -189,13 +193,25 @@ static int hand_over(FbpQueue *self, int keep)
     return rc;
 }
 
-/* Hands over what every listed handle gathered and empties the list;
- * flusher_mu held. */
-static void hand_over_listed(void)
+/* Hands over what the listed handles gathered and takes them off the
+ * list: every one when all (a flush), else only those whose producer has
+ * paused (nothing put for STEADY_NS).  A handle still being put to stays
+ * listed with its batch growing: its producer hands the batch over
+ * itself (BATCH_MAX, BATCH_BYTES, HOLD_NS), so the flusher takes only
+ * the tail of a burst and never contends with a steady producer for its
+ * batch.  flusher_mu held. */
+static void hand_over_listed(int all)
 {
-    while (flusher_list) {
-        FbpQueue *self = flusher_list;
-        flusher_list = self->next_listed;
+    uint64_t now = now_ns();
+    FbpQueue **pp = &flusher_list;
+    while (*pp) {
+        FbpQueue *self = *pp;
+        uint64_t last = __atomic_load_n(&self->last_put_ns, __ATOMIC_RELAXED);
+        if (!all && now - last < STEADY_NS) {
+            pp = &self->next_listed;
+            continue;
+        }
+        *pp = self->next_listed;
         self->listed = 0;
         self->next_listed = NULL;
         pthread_mutex_lock(&self->send_mu);
@@ -204,11 +220,11 @@ static void hand_over_listed(void)
     }
 }
 
-/* Woken by the first gathered put of a batch, the flusher lets the
- * producer gather for STEADY_NS more (a steady producer hands over
- * itself at BATCH_MAX or HOLD_NS), then hands over what is there.  So a
- * put held here waits STEADY_NS and a thread wake-up at most: longer
- * would make bigger batches but would also hold the put of a
+/* Woken by the first gathered put of a batch, the flusher looks again
+ * every STEADY_NS while the handle is listed, and hands its batch over
+ * once its producer has paused (above).  So a put held here waits at
+ * most a thread wake-up and STEADY_NS after its producer's last put;
+ * longer would make bigger batches but would also hold the put of a
  * request-response exchange quicker than STEADY_NS (a put, then a get
  * on another queue) for as long. */
 static void *flusher_main(void *unused)
@@ -225,7 +241,7 @@ static void *flusher_main(void *unused)
         pthread_mutex_unlock(&flusher_mu);
         nanosleep(&gather_more, NULL);
         pthread_mutex_lock(&flusher_mu);
-        hand_over_listed();
+        hand_over_listed(0);
     }
     return NULL;
 }
@@ -374,7 +390,7 @@ static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
         self->first_ns = now;
     self->lens[self->n_pending++] = len;
     int steady = now - self->last_put_ns < STEADY_NS;
-    self->last_put_ns = now;
+    __atomic_store_n(&self->last_put_ns, now, __ATOMIC_RELAXED);
     int now_please = !steady || self->n_pending >= BATCH_MAX ||
                      self->pending.len >= BATCH_BYTES ||
                      now - self->first_ns >= HOLD_NS;
@@ -391,7 +407,7 @@ void fbp_queue_flush_all(void)
 {
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&flusher_mu);
-    hand_over_listed();
+    hand_over_listed(1);
     pthread_mutex_unlock(&flusher_mu);
     Py_END_ALLOW_THREADS
 }
