@@ -683,13 +683,17 @@ static PyObject *queue_get_object(FbpQueue *self, PyObject *arg)
     }
     PyObject *res = NULL;
     if (rc == 0) {
-        PyObject *data = fbp_bytes_of(got);
+        /* Unpickled where it lies: the unpickler copies what it keeps,
+         * so no bytes object is made of the message first. */
+        PyObject *view = PyMemoryView_FromMemory(
+            got->data ? (char *)got->data : "", (Py_ssize_t)got->len,
+            PyBUF_READ);
+        if (view) {
+            res = PyObject_CallOneArg(pickle_loads, view);
+            Py_DECREF(view);
+        }
         if (self->rbuf.cap > RBUF_KEEP)
             fiber_buf_free(&self->rbuf); /* a large one is not kept */
-        if (data) {
-            res = PyObject_CallOneArg(pickle_loads, data);
-            Py_DECREF(data);
-        }
     } else {
         status(rc, msg);
     }
