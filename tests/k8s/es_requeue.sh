@@ -128,10 +128,25 @@ grep -q '^resume 1 of 1: ending after iteration' "$dir/run.txt" ||
 es_reference_like "$dir/ref.ckpt" "$dir/run.txt"
 cmp "$dir/ref.ckpt" "$dir/shared/run.ckpt" || fail "the requeued run's final checkpoint differs"
 
-# The Job counted two starts; fiber clean removes it.
+# The Job counted two starts (see below for three); fiber clean removes it.
 starts=$(admin GET "/apis/batch/v1/namespaces/$ns/jobs/$run-master" |
     jq -r '.metadata.annotations["fiber.starts"] // empty')
-[ "$starts" = 2 ] || fail "the Job counted '$starts' starts, not 2"
+# Three only when the Job controller counted the second master's exit
+# late and started one more pod (seen in CI on a loaded machine): that
+# pod must have refused to run the program again (ended_by_itself in
+# k8s_master.c), which its log says; everything above already showed the
+# run resumed once and ended with the second master's status.
+if [ "$starts" = 3 ]; then
+    last=$(admin GET "/api/v1/namespaces/$ns/pods?labelSelector=fiber.run%3D$run%2Cfiber.role%3Dmaster" |
+           jq -r '.items | sort_by(.metadata.creationTimestamp) | last | .metadata.name // empty')
+    [ -n "$last" ] || fail "the Job counted 3 starts and its last pod is gone"
+    admin GET "/api/v1/namespaces/$ns/pods/$last/log" >"$dir/third.txt" 2>&1 || true
+    grep -q "ended by itself with status 1: the run is over, and this pod of its Job does not run it again" "$dir/third.txt" ||
+        fail "the Job counted 3 starts and its third pod $last did not refuse to run: $(head -c 2000 "$dir/third.txt")"
+    echo "the Job started a third pod, $last, which refused to run the program again"
+else
+    [ "$starts" = 2 ] || fail "the Job counted '$starts' starts, not 2"
+fi
 "$FIBER" clean "$run" >"$dir/clean.txt" 2>&1 || fail "fiber clean: $(cat "$dir/clean.txt")"
 grep -q "removed Job $run-master of run $run" "$dir/clean.txt" ||
     fail "fiber clean did not remove the Job: $(cat "$dir/clean.txt")"
