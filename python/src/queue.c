@@ -108,10 +108,9 @@ static PyObject *status(int rc, const char *msg)
  *     thread; or, once the puts stop for STEADY_NS, by the flusher
  *     thread (below), which a put wakes as soon as something is
  *     gathered: the tail of a burst waits a thread wake-up and about
- *     STEADY_NS after the last put, tens of microseconds.  (The flusher
- *     used to take the batch STEADY_NS after it woke, burst or not: a
- *     steady producer then met it on its locks every few dozen puts,
- *     and a put cost twice what it does now);
+ *     STEADY_NS after the last put, tens of microseconds.  The flusher
+ *     leaves a steady producer's batch alone, so the two do not meet on
+ *     the handle's locks;
  *   - any other call on the handle (get, size, flush, a put with a
  *     timeout, its end) hands over what is gathered first, so a process
  *     sees its own puts in order, and fbp_queue_flush_all (task.c, when a
@@ -207,7 +206,8 @@ static void hand_over_listed(int all)
     while (*pp) {
         FbpQueue *self = *pp;
         uint64_t last = __atomic_load_n(&self->last_put_ns, __ATOMIC_RELAXED);
-        if (!all && now - last < STEADY_NS) {
+        /* signed: a put may have stamped a time after now was read */
+        if (!all && (int64_t)(now - last) < STEADY_NS) {
             pp = &self->next_listed;
             continue;
         }
