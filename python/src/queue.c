@@ -198,16 +198,21 @@ static int hand_over(FbpQueue *self, int keep)
  * listed with its batch growing: its producer hands the batch over
  * itself (BATCH_MAX, BATCH_BYTES, HOLD_NS), so the flusher takes only
  * the tail of a burst and never contends with a steady producer for its
- * batch.  flusher_mu held. */
-static void hand_over_listed(int all)
+ * batch.  Returns how long until the first of those left listed will
+ * have paused (0 when none is left).  flusher_mu held. */
+static uint64_t hand_over_listed(int all)
 {
-    uint64_t now = now_ns();
+    uint64_t now = now_ns(), soonest = 0;
     FbpQueue **pp = &flusher_list;
     while (*pp) {
         FbpQueue *self = *pp;
         uint64_t last = __atomic_load_n(&self->last_put_ns, __ATOMIC_RELAXED);
         /* signed: a put may have stamped a time after now was read */
-        if (!all && (int64_t)(now - last) < STEADY_NS) {
+        int64_t quiet = (int64_t)(now - last);
+        if (!all && quiet < STEADY_NS) {
+            uint64_t left = (uint64_t)(STEADY_NS - (quiet > 0 ? quiet : 0));
+            if (soonest == 0 || left < soonest)
+                soonest = left;
             pp = &self->next_listed;
             continue;
         }
@@ -218,19 +223,20 @@ static void hand_over_listed(int all)
         hand_over(self, 1);
         pthread_mutex_unlock(&self->send_mu);
     }
+    return soonest;
 }
 
-/* Woken by the first gathered put of a batch, the flusher looks again
- * every STEADY_NS while the handle is listed, and hands its batch over
- * once its producer has paused (above).  So a put held here waits at
- * most a thread wake-up and STEADY_NS after its producer's last put;
- * longer would make bigger batches but would also hold the put of a
- * request-response exchange quicker than STEADY_NS (a put, then a get
- * on another queue) for as long. */
+/* Woken by the first gathered put of a batch, the flusher sleeps until
+ * STEADY_NS after the listed handles' last puts and hands over the
+ * batches of those that have paused (above), then sleeps again for the
+ * others.  So a put held here waits at most a thread wake-up and
+ * STEADY_NS after its producer's last put; longer would make bigger
+ * batches but would also hold the put of a request-response exchange
+ * quicker than STEADY_NS (a put, then a get on another queue) for as
+ * long. */
 static void *flusher_main(void *unused)
 {
     (void)unused;
-    struct timespec gather_more = {0, STEADY_NS};
     pthread_mutex_lock(&flusher_mu);
     for (;;) {
         while (!flusher_list) {
@@ -238,10 +244,13 @@ static void *flusher_main(void *unused)
             pthread_cond_wait(&flusher_cond, &flusher_mu);
             flusher_idle = 0;
         }
+        uint64_t wait_ns = hand_over_listed(0);
+        if (wait_ns == 0)
+            continue;
+        struct timespec ts = {0, (long)wait_ns};
         pthread_mutex_unlock(&flusher_mu);
-        nanosleep(&gather_more, NULL);
+        nanosleep(&ts, NULL);
         pthread_mutex_lock(&flusher_mu);
-        hand_over_listed(0);
     }
     return NULL;
 }
