@@ -11,8 +11,14 @@ The shapes are bench-queue's (bench/bench_queue.c) and its peer's
 Process of the library measured (fiber.Process, or multiprocessing's);
 each says it is ready on a control queue, and the producers wait for a
 "go", so process start-up is not timed.  The producers put --messages
-64-byte bytes objects between them, then one end marker (None) each; a
-consumer takes messages until it sees an end marker.  The rate is
+64-byte bytes objects between them, then wait until their puts are in
+the queue (close and join_thread, where the queue has them) and say so;
+once every producer has, the master puts one end marker (None) per
+consumer, behind all the messages, and a consumer takes messages until
+it sees an end marker.  (Had each producer put its own marker, a fast
+producer's marker could stop a consumer while a slower producer's
+messages were still coming, and with 4 consumers the last messages could
+be left in the queue.)  The rate is
 messages / (last get of any consumer - first put of any producer), both
 read from time.monotonic_ns() (CLOCK_MONOTONIC, shared by the processes
 of one machine); with --repeat N each figure is the median of N runs.
@@ -60,7 +66,9 @@ def producer(data, ctl, go, ident, count):
     first = time.monotonic_ns()
     for i in range(count):
         put(head(ident, i) + _PAD)
-    put(END)
+    if hasattr(data, "join_thread"):   # not multiprocessing's SimpleQueue,
+        data.close()                   # whose put is already in the pipe
+        data.join_thread()
     ctl.put(("producer", count, first))
 
 
@@ -128,7 +136,14 @@ def run_once(mod, kind, shape, messages, maxsize, latency=False):
         ctl.get(timeout=120)
     for _ in range(shape):
         go.put(1)
-    results = [ctl.get(timeout=1800) for _ in procs]
+    results, producers_done = [], 0
+    for _ in procs:
+        results.append(ctl.get(timeout=1800))
+        if not latency and results[-1][0] == "producer":
+            producers_done += 1
+            if producers_done == shape:   # all messages are in the queue
+                for _ in range(shape):
+                    data.put(END)
     for p in procs:
         p.join(60)
         if p.exitcode != 0:
