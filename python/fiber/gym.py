@@ -87,9 +87,10 @@ class _Codec:
         return _STEP + np.asarray(action, dtype=self.act_dtype).tobytes()
 
     def action(self, data):
+        if self.act_shape == ():
+            return int.from_bytes(data[1:9], "little", signed=True)
         a = np.frombuffer(data, dtype=self.act_dtype, offset=1)
-        return int(a[0]) if self.act_shape == () else \
-            a.reshape(self.act_shape).copy()
+        return a.reshape(self.act_shape).copy()
 
     def answer(self, obs, reward, term, trunc, info):
         """The answer's bytes, or None when obs does not fit the space
@@ -124,9 +125,10 @@ def _worker(env_fn, conn):
                                                      None)))
     codec = _Codec.make(env.observation_space, env.action_space)
     ended = False            # the last step ended an episode: reset next
+    pipe = conn._p           # the handle: no checks a message (ours only)
     while True:
         try:
-            data = conn.recv_bytes()
+            data = pipe.recv(-1)
         except _DEAD:       # the master went away or dropped the vector
             env.close()
             return
@@ -145,7 +147,7 @@ def _worker(env_fn, conn):
                 out = codec.answer(obs, reward, term, trunc, info) \
                     if codec is not None else None
                 if out is not None:
-                    conn.send_bytes(out)
+                    pipe.send(out, -1)
                 else:
                     conn.send(("ok", (obs, float(reward), bool(term),
                                       bool(trunc), info)))
@@ -248,6 +250,14 @@ class VectorEnv(gym.vector.VectorEnv):
         self.render_mode = render_mode
         self._obs = create_empty_array(obs_space, n=self.num_envs,
                                        fn=np.zeros)
+        # The unpickled step for the whole vector, when every
+        # sub-environment has it (their spaces are the first one's).
+        self._codec = self._subs[0].codec
+        if self._codec is not None:
+            if any(sub.codec is None for sub in self._subs):
+                self._codec = None
+            else:
+                self._obs_bytes = memoryview(self._obs).cast("B")
         self.closed = False
 
     @staticmethod
@@ -288,32 +298,25 @@ class VectorEnv(gym.vector.VectorEnv):
             code = sub.proc.exitcode
         return "its job ended (exit code %s)" % (code,)
 
-    def _exchange(self, msgs):
+    def _exchange(self, msgs, raw=False):
         """Sends msgs[i] to sub-environment i, all before any answer is
         read, then yields (i, value, None) for each answer, or (i, (obs,
         info), reason) for a sub-environment that died (restarted here in
-        a new job) or raised (rebuilt in its own job): reason says why."""
-        sent = []
-        for sub, msg in zip(self._subs, msgs):
-            try:
-                if isinstance(msg, bytes):
-                    sub.conn.send_bytes(msg)
-                else:
-                    sub.conn.send(msg)
-                sent.append(True)
-            except _DEAD:
-                sent.append(False)
-        for i, sub in enumerate(self._subs):
+        a new job) or raised (rebuilt in its own job): reason says why.
+        The round is one call into the C core (Pipe.exchange): no Python
+        runs between the messages.  With raw, an unpickled step's answer
+        is yielded as its bytes (for step to read) instead of decoded."""
+        answers = _fiber.Pipe.exchange(
+            [sub.conn._p for sub in self._subs],
+            [msg if isinstance(msg, bytes) else pickle.dumps(msg, protocol=5)
+             for msg in msgs])
+        for i, (sub, data) in enumerate(zip(self._subs, answers)):
             kind = value = None
-            if sent[i]:
-                try:
-                    data = sub.conn.recv_bytes()
-                    if data[:1] == _OBS:
-                        kind, value = "ok", sub.codec.read(data)
-                    else:
-                        kind, value = pickle.loads(data)
-                except _DEAD:
-                    pass
+            if data is not None:
+                if data[:1] == _OBS:
+                    kind, value = "ok", data if raw else sub.codec.read(data)
+                else:
+                    kind, value = pickle.loads(data)
             if kind is None:
                 reason = self._died(i)
                 yield i, self._revive(i, reason), reason
@@ -349,38 +352,74 @@ class VectorEnv(gym.vector.VectorEnv):
             infos = self._add_info(infos, info, i)
         self._obs = concatenate(self.single_observation_space, results,
                                 self._obs)
+        if self._codec is not None:   # (concatenate fills self._obs in place)
+            self._obs_bytes = memoryview(self._obs).cast("B")
         return (self._copy(self._obs), infos)
 
     def step(self, actions):
         self._check()
-        actions = list(gym.vector.utils.iterate(self.action_space, actions))
-        if len(actions) != self.num_envs:
-            raise ValueError("step() wants %d actions, got %d"
-                             % (self.num_envs, len(actions)))
-        obs_list = []
-        rewards = np.zeros(self.num_envs, dtype=np.float64)
-        terms = np.zeros(self.num_envs, dtype=np.bool_)
-        truncs = np.zeros(self.num_envs, dtype=np.bool_)
+        n = self.num_envs
+        codec = self._codec
+        if codec is not None:   # the unpickled step (see the module's doc)
+            acts = np.asarray(actions, dtype=codec.act_dtype)
+            if acts.ndim and acts.shape[0] != n:
+                raise ValueError("step() wants %d actions, got %d"
+                                 % (n, acts.shape[0]))
+            if acts.shape != (n,) + codec.act_shape:
+                raise ValueError("step() wants %d actions of shape %s, got "
+                                 "an array of shape %s" % (
+                                     n, codec.act_shape, acts.shape))
+            flat = np.ascontiguousarray(acts).tobytes()
+            size = len(flat) // n
+            msgs = [_STEP + flat[i * size:(i + 1) * size] for i in range(n)]
+        else:
+            actions = list(gym.vector.utils.iterate(self.action_space,
+                                                    actions))
+            if len(actions) != n:
+                raise ValueError("step() wants %d actions, got %d"
+                                 % (n, len(actions)))
+            msgs = [sub.codec.request(action) if sub.codec is not None
+                    else ("step", action)
+                    for sub, action in zip(self._subs, actions)]
+        rewards = np.zeros(n, dtype=np.float64)
+        terms = np.zeros(n, dtype=np.bool_)
+        truncs = np.zeros(n, dtype=np.bool_)
         infos = {}
-        for i, value, reason in self._exchange(
-                [sub.codec.request(action) if sub.codec is not None
-                 else ("step", action)
-                 for sub, action in zip(self._subs, actions)]):
+        obs_list = [] if codec is None else None
+        for i, value, reason in self._exchange(msgs, raw=codec is not None):
             if reason is not None:
                 obs, info = value
                 info = dict(info, fiber_restarted=True, fiber_error=reason)
                 truncs[i] = True
+            elif codec is not None and type(value) is bytes:
+                # An unpickled answer: its observation's bytes go straight
+                # into the batch.
+                rewards[i], terms[i], truncs[i] = _HEAD.unpack_from(value, 1)
+                start = 1 + _HEAD.size
+                end = start + codec.obs_bytes
+                self._obs_bytes[i * codec.obs_bytes:
+                                (i + 1) * codec.obs_bytes] = value[start:end]
+                if len(value) > end:
+                    infos = self._add_info(
+                        infos, pickle.loads(memoryview(value)[end:]), i)
+                continue
             else:
                 obs, rewards[i], terms[i], truncs[i], info = value
-            obs_list.append(obs)
+            if obs_list is None:
+                self._obs[i] = obs
+            else:
+                obs_list.append(obs)
             infos = self._add_info(infos, info, i)
-        self._obs = concatenate(self.single_observation_space, obs_list,
-                                self._obs)
+        if obs_list is not None:
+            self._obs = concatenate(self.single_observation_space, obs_list,
+                                    self._obs)
         return (self._copy(self._obs), rewards, terms, truncs, infos)
 
     def _copy(self, obs):
         if not self.copy:
             return obs
+        if isinstance(obs, np.ndarray):
+            return obs.copy()
         import copy
         return copy.deepcopy(obs)
 

@@ -865,6 +865,101 @@ static PyObject *pipe_recv(FbpPipe *self, PyObject *args)
     return get_common(NULL, self->p, args);
 }
 
+/* Pipe.exchange(pipes, msgs): sends msgs[i] (bytes-like) on pipes[i] for
+ * every i, then receives one message from each pipe in turn: a list whose
+ * item i is the answer's bytes, or None when pipes[i] failed (its other
+ * end closed or its process went away: the send or the receive raised
+ * ClosedError or another FiberError, whose text is dropped).  One call
+ * for a round of requests to many peers (fiber.gym's step): all of the
+ * round is sent before any answer is awaited, and no Python runs between
+ * the messages.  The waits are sliced like recv's, so a signal's handler
+ * runs (and its exception ends the call, the other answers unread). */
+static PyObject *pipe_exchange(PyObject *cls, PyObject *args)
+{
+    (void)cls;
+    PyObject *pipes, *msgs;
+    if (!PyArg_ParseTuple(args, "OO:exchange", &pipes, &msgs))
+        return NULL;
+    /* Tuples of their own: a signal's handler, run between the waits,
+     * cannot take a pipe or a message away from under the call. */
+    PyObject *ps = PySequence_Tuple(pipes);
+    if (!ps)
+        return NULL;
+    PyObject *ms = PySequence_Tuple(msgs);
+    if (!ms) {
+        Py_DECREF(ps);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(ps);
+    PyObject *res = NULL;
+    Py_buffer *bufs = NULL;
+    char *ok = NULL;
+    Py_ssize_t held = 0; /* bufs[0..held) are taken */
+    if (PyTuple_GET_SIZE(ms) != n) {
+        PyErr_Format(PyExc_ValueError, "Pipe.exchange: %zd pipes but %zd "
+                     "messages", n, PyTuple_GET_SIZE(ms));
+        goto done;
+    }
+    bufs = PyMem_Calloc((size_t)n + 1, sizeof *bufs);
+    ok = PyMem_Calloc((size_t)n + 1, 1);
+    if (!bufs || !ok) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyTuple_GET_ITEM(ps, i);
+        if (!PyObject_TypeCheck(p, &FbpPipeType) || !((FbpPipe *)p)->p) {
+            PyErr_Format(PyExc_TypeError, "Pipe.exchange: pipes[%zd] is "
+                         "not an open Pipe", i);
+            goto done;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(ms, i), &bufs[i],
+                               PyBUF_SIMPLE) != 0)
+            goto done;
+        held = i + 1;
+    }
+    char msg[1024];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        struct qput c = {NULL, ((FbpPipe *)PyTuple_GET_ITEM(ps, i))->p,
+                         bufs[i].buf, (size_t)bufs[i].len};
+        int rc = fbp_wait_sliced(put_step, &c, -1, NULL, 0);
+        if (rc == -2)
+            goto done;
+        ok[i] = rc == 0;
+    }
+    if (!(res = PyList_New(n)))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = Py_None;
+        if (ok[i]) {
+            fiber_buf b = {0};
+            struct qget c = {NULL,
+                             ((FbpPipe *)PyTuple_GET_ITEM(ps, i))->p,
+                             &b};
+            int rc = fbp_wait_sliced(get_step, &c, -1, msg, sizeof msg);
+            item = rc == 0 ? fbp_bytes_of(&b) : rc == -2 ? NULL : Py_None;
+            fiber_buf_free(&b);
+            if (!item) {
+                Py_CLEAR(res);
+                goto done;
+            }
+            if (item == Py_None)
+                Py_INCREF(item);
+        } else {
+            Py_INCREF(item);
+        }
+        PyList_SET_ITEM(res, i, item);
+    }
+done:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(ok);
+    Py_DECREF(ps);
+    Py_DECREF(ms);
+    return res;
+}
+
 static PyObject *pipe_close(FbpPipe *self, PyObject *unused)
 {
     (void)unused;
@@ -888,6 +983,8 @@ static PyObject *pipe_serialize(FbpPipe *self, PyObject *unused)
 static PyMethodDef pipe_methods[] = {
     {"create", (PyCFunction)pipe_create, METH_VARARGS | METH_CLASS, NULL},
     {"open", (PyCFunction)pipe_open, METH_VARARGS | METH_CLASS, NULL},
+    {"exchange", (PyCFunction)pipe_exchange, METH_VARARGS | METH_CLASS,
+     NULL},
     {"send", (PyCFunction)pipe_send, METH_VARARGS, NULL},
     {"recv", (PyCFunction)pipe_recv, METH_VARARGS, NULL},
     {"close", (PyCFunction)pipe_close, METH_NOARGS, NULL},

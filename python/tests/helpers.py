@@ -331,3 +331,16 @@ def put_each_then_report(q, items, out):
     for item in items:
         q.put(item)
     out.put("all put", timeout=60)
+
+
+def echo_bytes(conn):
+    """Answers each byte message with b"re:" and the message, until its
+    pipe ends; b"die" ends the process at once (no close)."""
+    while True:
+        try:
+            msg = conn.recv_bytes()
+        except EOFError:
+            break
+        if msg == b"die":
+            os._exit(3)
+        conn.send_bytes(b"re:" + msg)

@@ -166,3 +166,51 @@ def test_random_kills_during_100000_steps_lose_no_step():
         assert kills == 10 and reported == kills and envs.restarts == kills
     finally:
         envs.close()
+
+
+def test_pipe_exchange_sends_a_round_and_reads_each_answer():
+    """The C call fiber.gym's step rides on: every message sent before any
+    answer is read, answers in the pipes' order, None for a pipe whose
+    process went away (and the others still answered), and bad input
+    refused with what is wrong."""
+    from fiber import _fiber
+    import fiber
+    ends, procs = [], []
+    for _ in range(3):
+        mine, theirs = fiber.Pipe()
+        p = fiber.Process(target=helpers.echo_bytes, args=(theirs,))
+        p.start()
+        ends.append(mine)
+        procs.append(p)
+    try:
+        handles = [c._p for c in ends]
+        assert _fiber.Pipe.exchange(handles, [b"a", bytearray(b"bb"),
+                                              memoryview(b"ccc")]) == \
+            [b"re:a", b"re:bb", b"re:ccc"]
+        assert _fiber.Pipe.exchange([], []) == []
+        # Process 1 ends without answering: its item is None, the others
+        # are answered in the same call.
+        got = _fiber.Pipe.exchange(handles, [b"x", b"die", b"z"])
+        assert got == [b"re:x", None, b"re:z"]
+        procs[1].join(30)
+        assert procs[1].exitcode == 3
+        # Its pipe stays failed; the other two go on.
+        assert _fiber.Pipe.exchange(handles, [b"1", b"2", b"3"]) == \
+            [b"re:1", None, b"re:3"]
+        with pytest.raises(ValueError, match="3 pipes but 2 messages"):
+            _fiber.Pipe.exchange(handles, [b"1", b"2"])
+        with pytest.raises(TypeError, match=r"pipes\[1\] is not an open Pipe"):
+            _fiber.Pipe.exchange([handles[0], "pipe"], [b"1", b"2"])
+        with pytest.raises(TypeError):
+            _fiber.Pipe.exchange(handles[:1], ["text, not bytes"])
+        with pytest.raises(TypeError):
+            _fiber.Pipe.exchange(handles, None)
+        # None of the refused calls sent anything: the next round's
+        # answers are its own.
+        assert _fiber.Pipe.exchange([handles[0]], [b"again"]) == \
+            [b"re:again"]
+    finally:
+        for c in ends:
+            c.close()
+        for p in procs:
+            p.join(30)
