@@ -27,7 +27,9 @@ sub-environment that cannot be rebuilt (its env_fn raises) fails the
 call with RuntimeError naming it.  ``restarts`` counts the rebuilds.
 
 Messages go over fiber pipes (a direct socket between the master and each
-job once both ends are in use).  A step of a sub-environment whose
+job once both ends are in use); a round of requests (a step, a reset) is
+one call into the C core, _fiber.Pipe.exchange, which sends every
+request before it reads any answer.  A step of a sub-environment whose
 observation space is a ``Box`` and whose action space is a ``Discrete`` or
 a ``Box`` travels unpickled: the action as its bytes, the answer as a
 fixed header (reward, terminated, truncated), the observation's bytes
