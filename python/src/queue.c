@@ -111,6 +111,9 @@ static PyObject *status(int rc, const char *msg)
  *     STEADY_NS after the last put, tens of microseconds.  The flusher
  *     leaves a steady producer's batch alone, so the two do not meet on
  *     the handle's locks;
+ *   - a get or a Pipe recv on any handle that is about to wait (nothing
+ *     prefetched) hands over every handle's gathered puts first
+ *     (hand_over_before_wait): it may wait for the answer to one;
  *   - any other call on the handle (get, size, flush, a put with a
  *     timeout, its end) hands over what is gathered first, so a process
  *     sees its own puts in order, and fbp_queue_flush_all (task.c, when a
@@ -141,6 +144,9 @@ static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t flusher_cond = PTHREAD_COND_INITIALIZER;
 static FbpQueue *flusher_list;  /* handles with something gathered */
 static int flusher_started, flusher_idle;
+/* flusher_list != NULL, for a look without flusher_mu (a get that is
+ * about to wait); stored under flusher_mu at each change of the list. */
+static int any_listed;
 
 static uint64_t now_ns(void)
 {
@@ -223,6 +229,7 @@ static uint64_t hand_over_listed(int all)
         hand_over(self, 1);
         pthread_mutex_unlock(&self->send_mu);
     }
+    __atomic_store_n(&any_listed, flusher_list != NULL, __ATOMIC_RELAXED);
     return soonest;
 }
 
@@ -263,6 +270,7 @@ static void flusher_forget(void)
     pthread_mutex_init(&flusher_mu, NULL);
     pthread_cond_init(&flusher_cond, NULL);
     flusher_list = NULL;
+    any_listed = 0;
     flusher_started = flusher_idle = 0;
 }
 
@@ -292,6 +300,7 @@ static int list_for_flusher(FbpQueue *self)
         self->listed = 1;
         self->next_listed = flusher_list;
         flusher_list = self;
+        __atomic_store_n(&any_listed, 1, __ATOMIC_RELAXED);
         if (flusher_idle) {
             flusher_idle = 0; /* one signal a wake-up */
             pthread_cond_signal(&flusher_cond);
@@ -313,6 +322,8 @@ static void unlist(FbpQueue *self)
         *pp = self->next_listed;
         self->listed = 0;
         self->next_listed = NULL;
+        __atomic_store_n(&any_listed, flusher_list != NULL,
+                         __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&flusher_mu);
 }
@@ -419,6 +430,19 @@ void fbp_queue_flush_all(void)
     hand_over_listed(1);
     pthread_mutex_unlock(&flusher_mu);
     Py_END_ALLOW_THREADS
+}
+
+/* Before a get or a recv waits (nothing was there to take): hands over
+ * what this process's puts gathered on every handle.  The wait may be
+ * for an answer to one of them (a put, then a get on another queue: a
+ * request and its reply), and the flusher would send it only a wake-up
+ * and STEADY_NS later, with the sender idle meanwhile.  A get that finds
+ * a message does not come here, so a busy worker's result puts still
+ * gather.  GIL held (released for the hand-overs). */
+static void hand_over_before_wait(void)
+{
+    if (__atomic_load_n(&any_listed, __ATOMIC_RELAXED))
+        fbp_queue_flush_all();
 }
 
 /* ---- queue ---------------------------------------------------------------- */
@@ -575,7 +599,23 @@ static PyObject *get_common(fiber_queue *q, fiber_pipe *p, PyObject *args)
     fiber_buf b = {0};
     struct qget c = {q, p, &b};
     char msg[1024] = "";
-    int rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
+    int rc = FIBER_EAGAIN;
+    if (__atomic_load_n(&any_listed, __ATOMIC_RELAXED) && timeout_ms != 0) {
+        /* Puts are gathered: a look that does not wait first, and if
+         * this get would wait, they go before it does. */
+        if (q)
+            rc = fiber_queue_try_get(q, &b);
+        else
+            FB_NOGIL(rc = fiber_pipe_recv(p, &b, 0));
+        if (rc == FIBER_EAGAIN || rc == FIBER_ETIMEDOUT) {
+            hand_over_before_wait();
+            rc = FIBER_EAGAIN;
+        } else if (rc) {
+            snprintf(msg, sizeof msg, "%s", fiber_last_error());
+        }
+    }
+    if (rc == FIBER_EAGAIN)
+        rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
     PyObject *res = rc == 0 ? fbp_bytes_of(&b) : status(rc, msg);
     fiber_buf_free(&b);
     return res;
@@ -683,6 +723,7 @@ static PyObject *queue_get_object(FbpQueue *self, PyObject *arg)
         self->rbuf.len = 0;
         rc = fiber_queue_try_get(self->q, &self->rbuf);
         if (rc == FIBER_EAGAIN) {
+            hand_over_before_wait();
             struct qget c = {self->q, NULL, &b};
             got = &b;
             rc = fbp_wait_sliced(get_step, &c, timeout_ms, msg, sizeof msg);
