@@ -259,7 +259,10 @@ class VectorEnv(gym.vector.VectorEnv):
             if any(sub.codec is None for sub in self._subs):
                 self._codec = None
             else:
-                self._obs_bytes = memoryview(self._obs).cast("B")
+                try:
+                    self._obs_bytes = memoryview(self._obs).cast("B")
+                except (TypeError, ValueError):  # a dtype memoryview
+                    self._codec = None           # cannot cast: per answer
         self.closed = False
 
     @staticmethod
