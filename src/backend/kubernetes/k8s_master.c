@@ -340,8 +340,19 @@ static int job_finished(struct fb_k8s *k, const char *job)
     return rc;
 }
 
-/* A requeueable master's end: 1 and *code (its last pod's) once its Job
- * finished or went, 0 while it runs, or a negative code. */
+/* Whether a master pod's exit status says it ended the run itself:
+ * neither FIBER_EXIT_REQUEUE (stopped to be requeued) nor a signal's. */
+static int ends_the_run(int code)
+{
+    return code != FIBER_EXIT_REQUEUE && code < 128;
+}
+
+/* A requeueable master's end: 1 and *code once its Job finished or went,
+ * 0 while it runs, or a negative code.  The code is that of the newest
+ * pod that ended the run itself (ends_the_run): a pod the Job controller
+ * started after it (ended_by_itself: it counted a failure late) copies
+ * that status, or is still starting, or is stopped with the Job, and
+ * must not stand for the run.  Without such a pod, the newest pod's. */
 static int job_ended(struct fb_k8s *k, const char *job, int *code)
 {
     int rc = job_finished(k, job);
@@ -351,9 +362,21 @@ static int job_ended(struct fb_k8s *k, const char *job, int *code)
     run_of_job(job, run, sizeof run);
     json_t *l = NULL;
     int lrc = master_pods(k, run, &l);
-    json_t *last = lrc == 0 ? newest(l) : NULL;
+    json_t *last = lrc == 0 ? newest(l) : NULL, *ender = NULL, *pod;
+    int c, ender_code = 0;
+    size_t i;
+    json_array_foreach(json_object_get(l, "items"), i, pod)
+    {
+        if (pod_exit(pod, &c) && ends_the_run(c) &&
+            (!ender || strcmp(created(pod), created(ender)) >= 0)) {
+            ender = pod;
+            ender_code = c;
+        }
+    }
     if (lrc)
         rc = lrc;
+    else if (ender)
+        *code = ender_code;
     else if (!last || !pod_exit(last, code))
         *code = rc == 1 ? 0 : 137; /* gone with its pods: killed */
     json_decref(l);
@@ -768,7 +791,7 @@ static int ended_by_itself(struct fb_k8s *k, const char *run)
     {
         if ((self && strcmp(name_of(pod), self) == 0) || !pod_exit(pod, &code))
             continue;
-        if (code != 0 && code != FIBER_EXIT_REQUEUE && code < 128) {
+        if (code != 0 && ends_the_run(code)) {
             fb_log_error("the master's pod %s ended by itself with status %d: "
                          "the run is over, and this pod of its Job does not "
                          "run it again", name_of(pod), code);
