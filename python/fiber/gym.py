@@ -72,7 +72,10 @@ class _Codec:
         self.obs_shape = tuple(obs_space.shape)
         self.obs_count = int(np.prod(self.obs_shape))
         self.obs_bytes = self.obs_count * self.obs_dtype.itemsize
-        if isinstance(act_space, gym.spaces.Discrete):
+        # A Discrete action is an int; a Box action, even of shape (), an
+        # array of the space's dtype.
+        self.discrete = isinstance(act_space, gym.spaces.Discrete)
+        if self.discrete:
             self.act_dtype, self.act_shape = np.dtype("<i8"), ()
         else:
             self.act_dtype = np.dtype(act_space.dtype)
@@ -89,7 +92,7 @@ class _Codec:
         return _STEP + np.asarray(action, dtype=self.act_dtype).tobytes()
 
     def action(self, data):
-        if self.act_shape == ():
+        if self.discrete:
             return int.from_bytes(data[1:9], "little", signed=True)
         a = np.frombuffer(data, dtype=self.act_dtype, offset=1)
         return a.reshape(self.act_shape).copy()

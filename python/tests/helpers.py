@@ -254,6 +254,27 @@ def make_pendulum():
     return gymnasium.make("Pendulum-v1")
 
 
+def make_scalar_pendulum():
+    """Pendulum whose action space is a Box of shape () (a float32 scalar):
+    a Box action, not a Discrete one, although it has no dimensions."""
+    import gymnasium
+    import numpy as np
+
+    class Scalar(gymnasium.ActionWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.action_space = gymnasium.spaces.Box(-2.0, 2.0, shape=(),
+                                                     dtype=np.float32)
+
+        def action(self, action):
+            action = np.asarray(action)
+            assert action.shape == () and action.dtype == np.float32, \
+                (type(action), action)
+            return action.reshape(1)
+
+    return Scalar(gymnasium.make("Pendulum-v1"))
+
+
 def make_odd_cartpole(numpy_obs=False):
     """CartPole whose steps carry an info dict and whose observations are
     float64 (its space says float32), or, with numpy_obs, exact float32:

@@ -46,9 +46,10 @@ def test_steps_exactly_as_gymnasiums_sync_vector_env():
 
 @pytest.mark.parametrize("make", [
     helpers.make_pendulum,                                # Box actions
+    helpers.make_scalar_pendulum,                         # Box of shape ()
     helpers.make_odd_cartpole,                            # obs not the space's dtype
     functools.partial(helpers.make_odd_cartpole, numpy_obs=True),  # info
-], ids=["box_actions", "obs_of_another_dtype", "info_dicts"])
+], ids=["box_actions", "box_scalar_actions", "obs_of_another_dtype", "info_dicts"])
 def test_every_space_and_answer_steps_as_the_sync_vector_env(make):
     """The unpickled step (Box observations, Discrete or Box actions) and
     its fall-backs give what SyncVectorEnv gives: observations, rewards,

@@ -231,7 +231,7 @@ TEST(terminate_deletes_the_pod_politely)
     sleep_ms(300);
     uint64_t t0 = fb_now_ms();
     CHECK_OK(fiber_process_terminate(p));
-    CHECK_OK(fiber_process_join(p, 60000));
+    CHECK_OK(fiber_process_join(p, 2000 + FB_OWN_GRACE_SLACK_MS + 10000));
     int code;
     CHECK_OK(fiber_process_exitcode(p, &code));
     uint64_t took = fb_now_ms() - t0;
