@@ -1,9 +1,11 @@
 """What a job of a Python fiber program runs: ``python -m fiber._bootstrap``.
 
-1. Take the master's sys.path and import its main module under the name
-   ``__mp_main__`` (as multiprocessing's spawn does), so that functions and
-   classes defined there unpickle here while ``if __name__ == "__main__":``
-   blocks do not run again.
+1. Take the master's sys.path and sys.argv and import its main module
+   under the name ``__mp_main__`` (as multiprocessing's spawn does), so
+   that functions and classes defined there unpickle here, module-level
+   code that reads sys.argv (an argparse at import time) sees the
+   master's arguments, and ``if __name__ == "__main__":`` blocks do not
+   run again.
 2. Install the worker-side handlers (fiber._worker).
 3. Call fiber_init(), which dials the master, proves the job belongs to
    the run, runs its assignment (a Process target, a pool's tasks, a
@@ -36,6 +38,9 @@ def _import_main():
     paths = os.environ.pop("FIBER_PY_SYSPATH", None)
     if paths:
         sys.path[:] = json.loads(paths)
+    argv = os.environ.pop("FIBER_PY_ARGV", None)
+    if argv is not None:
+        sys.argv[:] = json.loads(argv)
     module = os.environ.pop("FIBER_PY_MAIN_MODULE", None)
     path = os.environ.pop("FIBER_PY_MAIN_PATH", None)
     if not module and not path:
@@ -44,7 +49,7 @@ def _import_main():
     sys.modules["__main__"] = sys.modules["__mp_main__"] = main
     code, origin = _main_code(module, path)
     main.__file__ = origin
-    if path:
+    if path and argv is None:
         sys.argv[:] = [path]
     exec(code, main.__dict__)
 

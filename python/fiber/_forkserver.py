@@ -138,16 +138,10 @@ class _Server:
             for entry in env:
                 key, _, value = entry.partition(b"=")
                 os.environb[key] = value
-            for key in ("FIBER_PY_SYSPATH", "FIBER_PY_MAIN_MODULE",
-                        "FIBER_PY_MAIN_PATH"):
+            for key in ("FIBER_PY_SYSPATH", "FIBER_PY_ARGV",
+                        "FIBER_PY_MAIN_MODULE", "FIBER_PY_MAIN_PATH"):
                 os.environ.pop(key, None)   # step 1 is done
             self.show_identity(name, env)
-            if sys.argv[-1:] and sys.argv[-1].startswith(
-                    "--fiber-job=forkserver"):
-                # A main module run with -m keeps argv: show the job's,
-                # as a spawned job's bootstrap has it.
-                from . import _bootstrap
-                sys.argv[:] = [_bootstrap.__file__, "--fiber-job=" + name]
             _reseed()
             from . import _bootstrap
             _bootstrap.run_job(name)

@@ -76,6 +76,8 @@ def job_environment():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {"FIBER_PY_SYSPATH": json.dumps([p if p else os.getcwd()
                                            for p in sys.path]),
+           # multiprocessing's spawn gives a child the parent's sys.argv
+           "FIBER_PY_ARGV": json.dumps(list(sys.argv)),
            "PYTHONPATH": os.pathsep.join(
                [here] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     env.update(_main_info())

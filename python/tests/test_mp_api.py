@@ -529,6 +529,43 @@ if __name__ == '__main__':
         "3.1415927", str([-i for i in range(10)])]
 
 
+@pytest.mark.parametrize("fork_server", ["true", "false"])
+def test_jobs_see_the_masters_sys_argv(script, fork_server):
+    # multiprocessing's spawn gives each child the parent's sys.argv, so a
+    # main module that parses its arguments at import time (argparse at
+    # module level) imports in the children too.
+    r = script("""
+import argparse, sys
+import fiber
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lr", type=float, required=True)
+ap.add_argument("rest", nargs="*")
+ARGS = ap.parse_args()
+
+def argv(_=None):
+    return sys.argv[1:], ARGS.lr
+
+def put_argv(q):
+    q.put(argv())
+
+if __name__ == "__main__":
+    want = (["--lr", "0.5", "x y"], 0.5)
+    with fiber.Pool(2) as pool:
+        assert pool.map(argv, range(4)) == [want] * 4
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=put_argv, args=(q,))
+    p.start()
+    assert q.get() == want
+    p.join(60)
+    assert p.exitcode == 0, p.exitcode
+    print("OK")
+""", args=["--lr", "0.5", "x y"], env={"FIBER_FORK_SERVER": fork_server},
+               timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "OK", (r.stdout, r.stderr)
+
+
 def _default_manager_pids():
     """The pids of this master's Shared-objects job (local backend)."""
     import helpers
