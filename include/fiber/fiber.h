@@ -657,6 +657,22 @@ FIBER_API int fiber_pool_map_bufs_async(fiber_pool *p, const char *task,
                                         fiber_buf *out, int *codes,
                                         size_t chunksize, fiber_future **f);
 
+/* fiber_pool_map_bufs_async over gathered inputs: task i's argument is
+ * the bytes of parts[first[i]] .. parts[first[i + 1] - 1] back to back
+ * (first has n + 1 entries, first[0] == 0, never decreasing), so that a
+ * small header and a large payload (a pickle and a numpy array's data)
+ * leave without first being joined into one buffer: each task's bytes
+ * are copied once, into the worker's connection, when it is sent.
+ * parts, the bytes they point to, first, out and codes must stay valid
+ * until the future is ready.  FIBER_EINVAL names a malformed first or a
+ * NULL part with a length; FIBER_ETOOBIG an argument over half of
+ * max_message_bytes. */
+FIBER_API int fiber_pool_map_gather_async(fiber_pool *p, const char *task,
+                                          const fiber_iov *parts,
+                                          const size_t *first, size_t n,
+                                          fiber_buf *out, int *codes,
+                                          size_t chunksize, fiber_future **f);
+
 /* Starts task over n fixed-size input records and returns an iterator over
  * the results: in order of input when ordered is 1 (imap), in order of
  * completion when 0 (imap_unordered).  At most a bounded window of results

@@ -116,8 +116,11 @@ def _name(func):
         or repr(func)
 
 
-def task(kind, func_bytes, body_obj, func_name="?", flags=0):
-    """The envelope of one task."""
+def task(kind, func_bytes, body_obj, func_name="?", flags=0, parts=False):
+    """The envelope of one task: bytes, or with parts=True and out-of-band
+    buffers, a tuple (the bytes up to the buffers, then each buffer's
+    memoryview) that the pool's map sends back to back without joining
+    them here (the buffers are read when the task is sent)."""
     bufs = []
     try:
         body = _dumps(body_obj, bufs)
@@ -128,6 +131,11 @@ def task(kind, func_bytes, body_obj, func_name="?", flags=0):
                       len(bufs))
     if not bufs:
         return head + func_bytes + body
+    if parts:
+        views = [b.raw() for b in bufs]
+        return (b"".join([head, func_bytes, body] +
+                         [_LEN.pack(v.nbytes) for v in views]),) + \
+            tuple(views)
     return b"".join((head, func_bytes, body, _pack_bufs(bufs)))
 
 

@@ -359,7 +359,7 @@ class Pool:
         kind = env.STAR if star else env.ONE
         task = env.task
         flags = self._flags
-        return [task(kind, fb, item, name, flags) for item in iterable]
+        return [task(kind, fb, item, name, flags, True) for item in iterable]
 
     def _map_async(self, func, iterable, chunksize, callback, error_callback,
                    star, shared=_NO_SHARED):
@@ -387,7 +387,7 @@ class Pool:
             iterable = items
         if chunksize > 1:
             payloads = [p for _, p in self._chunks(func, iterable, chunksize,
-                                                   star)]
+                                                   star, True)]
             fut = self._pool.map_async(payloads, 1)
             res = ChunkedMapResult(self, fut, callback, error_callback)
         else:
@@ -420,21 +420,24 @@ class Pool:
                                   shared=shared).get()
 
     # -- iterators --
-    def _chunks(self, func, iterable, chunksize, star):
+    def _chunks(self, func, iterable, chunksize, star, parts=False):
+        """(count, payload) per chunk; parts: the payloads of a map
+        (env.task's parts form), else bytes."""
         fb = env.dumps_callable(func)
         name = getattr(func, "__qualname__", repr(func))
         it = iter(iterable)
         if chunksize == 1:
             kind = env.STAR if star else env.ONE
             for item in it:
-                yield 1, env.task(kind, fb, item, name, self._flags)
+                yield 1, env.task(kind, fb, item, name, self._flags, parts)
             return
         flags = (env.F_STAR if star else 0) | self._flags
         while True:
             chunk = list(itertools.islice(it, chunksize))
             if not chunk:
                 return
-            yield len(chunk), env.task(env.CHUNK, fb, chunk, name, flags)
+            yield len(chunk), env.task(env.CHUNK, fb, chunk, name, flags,
+                                       parts)
 
     def _window(self):
         return max(64, 8 * self._processes)

@@ -49,7 +49,10 @@ typedef struct {
     char answer_msg[1024];
     /* map: inputs kept alive, and where results land */
     PyObject *inputs;
-    fiber_iov *iov;
+    fiber_iov *iov;       /* every task's parts */
+    size_t *first;        /* task i: iov[first[i]] .. iov[first[i + 1] - 1] */
+    Py_buffer *views;     /* the parts that are not bytes: held exports */
+    Py_ssize_t nviews;
     fiber_buf *outs;
     int *codes;
     Py_ssize_t n;
@@ -176,6 +179,9 @@ static FbpFuture *future_alloc(PyObject *owner, int kind)
     fu->answer_msg[0] = '\0';
     fu->inputs = NULL;
     fu->iov = NULL;
+    fu->first = NULL;
+    fu->views = NULL;
+    fu->nviews = 0;
     fu->outs = NULL;
     fu->codes = NULL;
     fu->n = 0;
@@ -233,17 +239,86 @@ static void map_free(FbpFuture *fu)
 {
     for (Py_ssize_t i = 0; fu->outs && i < fu->n; i++)
         fiber_buf_free(&fu->outs[i]);
+    for (Py_ssize_t i = 0; i < fu->nviews; i++)
+        PyBuffer_Release(&fu->views[i]);
     PyMem_RawFree(fu->outs);
     PyMem_RawFree(fu->iov);
+    PyMem_RawFree(fu->first);
+    PyMem_RawFree(fu->views);
     PyMem_RawFree(fu->codes);
     fu->outs = NULL;
     fu->iov = NULL;
+    fu->first = NULL;
+    fu->views = NULL;
+    fu->nviews = 0;
     fu->codes = NULL;
+}
+
+/* Fills fu->iov and fu->first from fu->inputs: a payload is bytes (one
+ * part) or a tuple of contiguous buffers sent back to back (the header
+ * and a pickle's out-of-band buffers: fiber._envelope.task(parts=True)),
+ * whose exports are held until the map is freed.  0, or -1 with an
+ * exception set. */
+static int map_parts(FbpFuture *fu)
+{
+    Py_ssize_t n = fu->n, total = 0, views = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(fu->inputs, i);
+        if (PyBytes_Check(item)) {
+            total++;
+        } else if (PyTuple_Check(item)) {
+            total += PyTuple_GET_SIZE(item);
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(item); j++)
+                views += !PyBytes_Check(PyTuple_GET_ITEM(item, j));
+        } else {
+            PyErr_Format(PyExc_TypeError, "map payload %zd must be bytes or "
+                         "a tuple of buffers, not %s", i,
+                         Py_TYPE(item)->tp_name);
+            return -1;
+        }
+    }
+    fu->iov = PyMem_RawCalloc(total ? (size_t)total : 1, sizeof *fu->iov);
+    fu->first = PyMem_RawCalloc((size_t)n + 1, sizeof *fu->first);
+    fu->views = PyMem_RawCalloc(views ? (size_t)views : 1, sizeof *fu->views);
+    if (!fu->iov || !fu->first || !fu->views) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    size_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(fu->inputs, i);
+        fu->first[i] = k;
+        Py_ssize_t m = PyBytes_Check(item) ? 1 : PyTuple_GET_SIZE(item);
+        for (Py_ssize_t j = 0; j < m; j++, k++) {
+            PyObject *part = PyBytes_Check(item) ? item
+                                                 : PyTuple_GET_ITEM(item, j);
+            if (PyBytes_Check(part)) {
+                fu->iov[k].data = PyBytes_AS_STRING(part);
+                fu->iov[k].len = (size_t)PyBytes_GET_SIZE(part);
+                continue;
+            }
+            Py_buffer *v = &fu->views[fu->nviews];
+            if (PyObject_GetBuffer(part, v, PyBUF_SIMPLE) != 0) {
+                PyErr_Format(PyExc_TypeError, "map payload %zd: part %zd "
+                             "is not a contiguous buffer (%s)", i, j,
+                             Py_TYPE(part)->tp_name);
+                return -1;
+            }
+            fu->nviews++;
+            fu->iov[k].data = v->buf;
+            fu->iov[k].len = (size_t)v->len;
+        }
+    }
+    fu->first[n] = k;
+    return 0;
 }
 
 /* map_async(payloads, chunksize) -> Future whose get() returns a list:
  * bytes for a task that returned, (code, message) for one that failed
- * (crashed its workers, or its worker could not run it). */
+ * (crashed its workers, or its worker could not run it).  A payload is
+ * bytes, or a tuple of buffers that travel back to back without being
+ * joined here (read when the task is sent: they must not change before
+ * the map is ready). */
 static PyObject *pool_map_async(FbpPool *self, PyObject *args)
 {
     PyObject *list;
@@ -262,28 +337,22 @@ static PyObject *pool_map_async(FbpPool *self, PyObject *args)
     fu->inputs = PyList_GetSlice(list, 0, n); /* a private copy */
     fu->n = n;
     size_t cells = n ? (size_t)n : 1;
-    fu->iov = PyMem_RawCalloc(cells, sizeof *fu->iov);
     fu->outs = PyMem_RawCalloc(cells, sizeof *fu->outs);
     fu->codes = PyMem_RawCalloc(cells, sizeof *fu->codes);
-    if (!fu->inputs || !fu->iov || !fu->outs || !fu->codes) {
+    if (!fu->inputs || !fu->outs || !fu->codes) {
         Py_DECREF(fu);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *b = PyList_GET_ITEM(fu->inputs, i);
-        if (!PyBytes_Check(b)) {
-            Py_DECREF(fu);
-            PyErr_SetString(PyExc_TypeError, "map payloads must be bytes");
-            return NULL;
-        }
-        fu->iov[i].data = PyBytes_AS_STRING(b);
-        fu->iov[i].len = (size_t)PyBytes_GET_SIZE(b);
+    if (map_parts(fu) != 0) {
+        Py_DECREF(fu);
+        return NULL;
     }
     int rc;
     char msg[1024] = "";
-    FBP_CALL(rc, msg, fiber_pool_map_bufs_async(self->p, FBP_TASK, fu->iov, (size_t)n,
-                                   fu->outs, fu->codes, (size_t)chunksize,
-                                   &fu->f));
+    FBP_CALL(rc, msg, fiber_pool_map_gather_async(self->p, FBP_TASK, fu->iov,
+                                                  fu->first, (size_t)n,
+                                                  fu->outs, fu->codes,
+                                                  (size_t)chunksize, &fu->f));
     if (rc) {
         Py_DECREF(fu);
         return fbp_raise(rc, msg);

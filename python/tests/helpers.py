@@ -183,6 +183,12 @@ def numpy_double(a):
     return a * 2
 
 
+def array_and_bytes_digest(a, b):
+    """A digest of an array's and a bytes-like object's contents."""
+    import hashlib
+    return hashlib.sha256(a.tobytes() + bytes(b)).hexdigest(), a.dtype.str
+
+
 class Counter:
     def __init__(self, start=0):
         self.n = start

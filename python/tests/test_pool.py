@@ -217,6 +217,31 @@ def test_numpy_arrays_round_trip_out_of_band(pool):
     assert (pool.apply(helpers.numpy_double, (small,)) == small * 2).all()
 
 
+def test_map_sends_out_of_band_buffers_without_joining_them(pool):
+    # map's payloads of numpy arrays (and bytearrays) of 64 KiB and more
+    # leave as parts (the pickle, then each buffer), sent back to back:
+    # every buffer, several in one task among them, reaches its task whole
+    # and in order, with chunksize 1, automatic chunks and starmap.
+    np = pytest.importorskip("numpy")
+    arrays = [np.arange(i, i + 20000 + 3 * i, dtype=np.float64)
+              for i in range(40)]
+    want = [helpers.numpy_double(a) for a in arrays]
+    for chunksize in (1, None):
+        got = pool.map(helpers.numpy_double, arrays, chunksize)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+    pairs = [(a, bytearray(a.tobytes()[::-1])) for a in arrays[:10]]
+    got = pool.starmap(helpers.array_and_bytes_digest, pairs)
+    assert got == [helpers.array_and_bytes_digest(a, b) for a, b in pairs]
+    # A Fortran-ordered array and a non-contiguous view (pickled in band).
+    f = np.asfortranarray(np.arange(300 * 200, dtype=np.int64)
+                          .reshape(300, 200))
+    v = np.arange(400000, dtype=np.int32)[::3]
+    got = pool.map(helpers.numpy_double, [f, v], 1)
+    assert np.array_equal(got[0], f * 2) and np.array_equal(got[1], v * 2)
+
+
 def test_initializer_runs_in_every_worker():
     with fiber.Pool(2, initializer=helpers.set_state,
                     initargs=("k", "v")) as p:

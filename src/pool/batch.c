@@ -16,24 +16,29 @@
 #include "pool/pool_int.h"
 #include "store/object_int.h"
 
-void fb_batch_input(const struct fb_batch *b, size_t i, const void **data,
-                    size_t *len)
+size_t fb_batch_parts(const struct fb_batch *b, size_t i, fiber_iov *one,
+                      const fiber_iov **parts)
 {
+    *parts = one;
     switch (b->kind) {
     case B_APPLY:
-        *data = b->arg;
-        *len = b->arg_len;
-        return;
+        one->data = b->arg;
+        one->len = b->arg_len;
+        break;
     case B_MAP:
     case B_IMAP:
-        *data = b->in + i * b->in_size;
-        *len = b->in_size;
-        return;
+        one->data = b->in + i * b->in_size;
+        one->len = b->in_size;
+        break;
     case B_BUFS:
-        *data = b->iov[i].data;
-        *len = b->iov[i].len;
-        return;
+        if (b->first) {
+            *parts = b->iov + b->first[i];
+            return b->first[i + 1] - b->first[i];
+        }
+        *one = b->iov[i];
+        break;
     }
+    return 1;
 }
 
 int fb_batch_can_send(const struct fb_batch *b)

@@ -431,6 +431,54 @@ FIBER_API int fiber_pool_map(fiber_pool *p, const char *task, const void *in,
     return rc;
 }
 
+/* Checks task i's parts (parts[i] alone when first is NULL): no NULL part
+ * with a length, and at most half of max_message_bytes in all.  mu held. */
+static int check_parts(const struct fiber_pool *p, const fiber_iov *parts,
+                       const size_t *first, size_t i)
+{
+    size_t from = first ? first[i] : i, to = first ? first[i + 1] : i + 1;
+    if (to < from)
+        return fb_err(FIBER_EINVAL, "map_gather: first[%zu] (%zu) is less "
+                      "than first[%zu] (%zu)", i + 1, to, i, from);
+    size_t len = 0;
+    for (size_t j = from; j < to; j++) {
+        if (parts[j].len && !parts[j].data)
+            return first ? fb_err(FIBER_EINVAL, "input %zu: part %zu is NULL "
+                                  "with a length", i, j - from)
+                         : fb_err(FIBER_EINVAL, "input %zu is NULL with a "
+                                  "length", i);
+        if (parts[j].len > SIZE_MAX / 2 - len)
+            return fb_err(FIBER_ETOOBIG, "input %zu is too large", i);
+        len += parts[j].len;
+    }
+    return check_len(p, len);
+}
+
+/* map_bufs_async (first NULL: one part per task) and map_gather_async. */
+static int submit_bufs(fiber_pool *p, const char *task,
+                       const fiber_iov *parts, const size_t *first, size_t n,
+                       fiber_buf *out, int *codes, size_t chunksize,
+                       fiber_future **f)
+{
+    pthread_mutex_lock(&p->mu);
+    int rc = can_submit(p, task);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = check_parts(p, parts, first, i);
+    struct fb_batch *b = NULL;
+    if (rc == 0 && !(b = fb_batch_new(p, B_BUFS, task, n)))
+        rc = fb_err(FIBER_ENOMEM, "out of memory");
+    if (rc == 0) {
+        b->iov = parts;
+        b->first = first;
+        b->bufs = out;
+        b->codes = codes;
+        b->chunksize = chunksize;
+        rc = submit_map(p, b, f);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
 FIBER_API int fiber_pool_map_bufs_async(fiber_pool *p, const char *task,
                                         const fiber_iov *in, size_t n,
                                         fiber_buf *out, int *codes,
@@ -441,25 +489,25 @@ FIBER_API int fiber_pool_map_bufs_async(fiber_pool *p, const char *task,
         return rc;
     if (!f || (n && (!in || !out)))
         return fb_err(FIBER_EINVAL, "map_bufs: f, in or out is NULL");
-    pthread_mutex_lock(&p->mu);
-    rc = can_submit(p, task);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = check_len(p, in[i].len);
-        if (rc == 0 && in[i].len && !in[i].data)
-            rc = fb_err(FIBER_EINVAL, "input %zu is NULL with a length", i);
-    }
-    struct fb_batch *b = NULL;
-    if (rc == 0 && !(b = fb_batch_new(p, B_BUFS, task, n)))
-        rc = fb_err(FIBER_ENOMEM, "out of memory");
-    if (rc == 0) {
-        b->iov = in;
-        b->bufs = out;
-        b->codes = codes;
-        b->chunksize = chunksize;
-        rc = submit_map(p, b, f);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return rc;
+    return submit_bufs(p, task, in, NULL, n, out, codes, chunksize, f);
+}
+
+FIBER_API int fiber_pool_map_gather_async(fiber_pool *p, const char *task,
+                                          const fiber_iov *parts,
+                                          const size_t *first, size_t n,
+                                          fiber_buf *out, int *codes,
+                                          size_t chunksize, fiber_future **f)
+{
+    int rc = check_pool(p);
+    if (rc)
+        return rc;
+    if (!f || !first || (n && (!out || (first[n] && !parts))))
+        return fb_err(FIBER_EINVAL, "map_gather: f, first, parts or out is "
+                      "NULL");
+    if (first[0] != 0)
+        return fb_err(FIBER_EINVAL, "map_gather: first[0] is %zu, not 0",
+                      first[0]);
+    return submit_bufs(p, task, parts, first, n, out, codes, chunksize, f);
 }
 
 FIBER_API int fiber_pool_map_bufs(fiber_pool *p, const char *task,

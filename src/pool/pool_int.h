@@ -44,7 +44,9 @@ struct fb_batch {
 
     const uint8_t *in; /* B_MAP, B_IMAP: n records of in_size */
     size_t in_size;
-    const fiber_iov *iov;   /* B_BUFS */
+    const fiber_iov *iov;   /* B_BUFS: one per task, or the parts */
+    const size_t *first;    /* B_BUFS gathered: task i is iov[first[i]]
+                               .. iov[first[i + 1] - 1]; NULL: one each */
     unsigned char *arg;     /* B_APPLY: owned copy */
     size_t arg_len;
 
@@ -295,8 +297,10 @@ void fb_batch_submit(struct fiber_pool *p, struct fb_batch *b);
  * FIBER_ECLOSED) and data.  Drops duplicates.  mu held. */
 void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
                      int code, const void *data, size_t len);
-void fb_batch_input(const struct fb_batch *b, size_t i, const void **data,
-                    size_t *len);
+/* Task i's argument as count parts whose bytes, back to back, are it:
+ * *parts is b's own (gathered map_bufs) or `one`, filled in. */
+size_t fb_batch_parts(const struct fb_batch *b, size_t i, fiber_iov *one,
+                      const fiber_iov **parts);
 int fb_batch_can_send(const struct fb_batch *b);
 void fb_batch_free(struct fb_batch *b);
 /* The failure message, "" if none. */

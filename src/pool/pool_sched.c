@@ -500,12 +500,14 @@ static size_t send_chunk(struct fiber_pool *p, struct fb_worker *w,
     if (fb_wire_task_begin(out, c->id, b->task, b->task_len, &mark) != 0)
         goto fail;
     while (sent < count) {
-        const void *data;
-        size_t len;
-        fb_batch_input(b, first + sent, &data, &len);
+        fiber_iov one;
+        const fiber_iov *parts;
+        size_t k = fb_batch_parts(b, first + sent, &one, &parts), len = 0;
+        for (size_t i = 0; i < k; i++)
+            len += parts[i].len;
         if (sent > 0 && out->len - mark + len > p->max_frame / 2)
             break;
-        if (fb_wire_task_add(out, data, (uint32_t)len) != 0)
+        if (fb_wire_task_add_parts(out, parts, k) != 0)
             goto fail;
         sent++;
     }

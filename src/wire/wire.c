@@ -847,6 +847,34 @@ int fb_wire_task_add(fiber_buf *out, const void *arg, uint32_t len)
     return 0;
 }
 
+int fb_wire_task_add_parts(fiber_buf *out, const fiber_iov *parts,
+                           size_t count)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!parts[i].data && parts[i].len)
+            return fb_err(FIBER_EINVAL, "TASK item: part %zu is NULL with "
+                          "length %zu", i, parts[i].len);
+        if (parts[i].len > UINT32_MAX - len)
+            return fb_err(FIBER_ETOOBIG, "TASK item: more than %" PRIu32
+                          " bytes", UINT32_MAX);
+        len += parts[i].len;
+    }
+    int rc = fiber_buf_reserve(out, 4 + len);
+    if (rc)
+        return rc;
+    unsigned char *at = out->data + out->len;
+    fb_put_le32(at, (uint32_t)len);
+    at += 4;
+    for (size_t i = 0; i < count; i++) {
+        if (parts[i].len)
+            memcpy(at, parts[i].data, parts[i].len);
+        at += parts[i].len;
+    }
+    out->len += 4 + len;
+    return 0;
+}
+
 void fb_wire_task_end(fiber_buf *out, size_t mark, uint32_t count)
 {
     end_frame(out, mark, count);

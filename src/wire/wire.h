@@ -292,6 +292,10 @@ int fb_wire_put_empty(fiber_buf *out, unsigned type, uint64_t id);
 int fb_wire_task_begin(fiber_buf *out, uint64_t id, const char *task,
                        size_t task_len, size_t *mark);
 int fb_wire_task_add(fiber_buf *out, const void *arg, uint32_t len);
+/* Appends one item made of count parts back to back (their total at most
+ * UINT32_MAX bytes): a header and a payload without joining them first. */
+int fb_wire_task_add_parts(fiber_buf *out, const fiber_iov *parts,
+                           size_t count);
 void fb_wire_task_end(fiber_buf *out, size_t mark, uint32_t count);
 
 int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,

@@ -353,6 +353,85 @@ TEST(map_bufs_variable_sizes)
     fiber_pool_free(p);
 }
 
+/* map_gather: each task's argument is its parts back to back, whatever
+ * their number (none, one, several, empty ones among them), and a
+ * malformed description is refused with what is wrong. */
+TEST(map_gather_sends_each_tasks_parts_back_to_back)
+{
+    enum { N = 300 };
+    fiber_pool *p = make_pool(2);
+    size_t big_len = 300000; /* several tasks exceed a chunk's frame share */
+    char *big = malloc(big_len);
+    for (size_t i = 0; i < big_len; i++)
+        big[i] = (char)(i * 7);
+    fiber_iov parts[4 * N];
+    size_t first[N + 1];
+    char heads[N][16];
+    size_t k = 0;
+    for (size_t i = 0; i < N; i++) {
+        first[i] = k;
+        snprintf(heads[i], sizeof heads[i], "task-%zu:", i);
+        size_t m = i % 4; /* 0 to 3 parts */
+        if (m >= 1)
+            parts[k++] = (fiber_iov){heads[i], strlen(heads[i])};
+        if (m >= 2)
+            parts[k++] = (fiber_iov){NULL, 0};
+        if (m >= 3)
+            parts[k++] = (fiber_iov){big + i, i % 7 == 0 ? big_len - i : i};
+    }
+    first[N] = k;
+    fiber_buf *out = calloc(N, sizeof *out);
+    int codes[N];
+    fiber_future *f = NULL;
+    CHECK_OK(fiber_pool_map_gather_async(p, "echo", parts, first, N, out,
+                                         codes, 0, &f));
+    CHECK_OK(fiber_future_get(f, NULL, 60000));
+    fiber_future_free(f);
+    for (size_t i = 0; i < N; i++) {
+        CHECK_EQ(codes[i], 0);
+        size_t want = 0;
+        for (size_t j = first[i]; j < first[i + 1]; j++)
+            want += parts[j].len;
+        CHECK_EQ(out[i].len, want);
+        size_t at = 0;
+        for (size_t j = first[i]; j < first[i + 1]; j++) {
+            CHECK(parts[j].len == 0 ||
+                  memcmp(out[i].data + at, parts[j].data, parts[j].len) == 0);
+            at += parts[j].len;
+        }
+        fiber_buf_free(&out[i]);
+    }
+
+    /* Malformed: first[0] not 0, a decreasing first, a NULL part with a
+     * length, and a task over half of max_message_bytes. */
+    size_t bad_first[3] = {1, 1, 2};
+    CHECK_EQ(fiber_pool_map_gather_async(p, "echo", parts, bad_first, 2, out,
+                                         codes, 0, &f),
+             FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "first[0]") != NULL);
+    size_t down[3] = {0, 2, 1};
+    CHECK_EQ(fiber_pool_map_gather_async(p, "echo", parts, down, 2, out,
+                                         codes, 0, &f),
+             FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "first[2]") != NULL);
+    fiber_iov holes[2] = {{heads[0], 3}, {NULL, 5}};
+    size_t two[2] = {0, 2};
+    CHECK_EQ(fiber_pool_map_gather_async(p, "echo", holes, two, 1, out,
+                                         codes, 0, &f),
+             FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "NULL with a length") != NULL);
+    size_t huge = 1u << 30;
+    char *h = malloc(1);
+    fiber_iov halves[2] = {{h, huge}, {h, huge}};
+    CHECK_EQ(fiber_pool_map_gather_async(p, "echo", halves, two, 1, out,
+                                         codes, 0, &f),
+             FIBER_ETOOBIG);
+    free(h);
+    free(out);
+    free(big);
+    fiber_pool_free(p);
+}
+
 TEST(large_arguments_and_results)
 {
     fiber_pool *p = make_pool(1);
