@@ -19,6 +19,8 @@ struct fb_conn_impl {
     int live;             /* set by fb_conn_init: zeroed storage is a
                              closed conn, not descriptor 0 */
     uint32_t max_payload; /* frames claiming more are a protocol error */
+    uint32_t out_moved;   /* sent bytes were dropped from out's head since
+                             it last drained (fb_conn_flush compacts) */
     fiber_buf in;         /* received bytes; [in_off, in.len) unparsed */
     size_t in_off;
     fiber_buf out;        /* frames to send; [out_off, out.len) unsent */

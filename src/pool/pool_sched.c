@@ -27,6 +27,11 @@
 #define CHUNKS_PER_S 20000.0     /* and at most ~20,000 chunks a second */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
 #define MAX_CREDIT 1024
+/* A worker whose connection holds this many bytes not yet taken by its
+ * socket gets no further task until it answers one: credits count tasks,
+ * and a thousand 1 MiB tasks of a microsecond each would otherwise sit in
+ * the master's buffer for one worker (a gigabyte, freshly faulted in). */
+#define UNSENT_MAX (2u << 20)
 #define LONG_TASK_NS 100000000.0 /* beyond this a worker holds one task */
 #define MAX_AUTO_CHUNK 4096
 #define HEARTBEAT_MISSES 10
@@ -606,6 +611,8 @@ static void feed_worker(struct fiber_pool *p, struct fb_worker *w)
     while (w->inflight < limit || w->inflight == 0) {
         if (w->head && w->head->isolated)
             break; /* a suspect runs alone */
+        if (w->inflight > 0 && fb_conn_unsent(&w->conn) >= UNSENT_MAX)
+            break; /* fed again when it answers */
         if (!feed_one(p, w, limit) || w->retire)
             break;
     }

@@ -539,6 +539,59 @@ TEST(write_now_sends_queued_output_then_more_frames)
     fb_conn_close(&b);
 }
 
+/* A plaintext conn whose socket never takes all of its output (a pool
+ * refilling a busy worker with large tasks) drops the sent head of its
+ * buffer instead of growing it by every byte sent, keeps every byte in
+ * order, and still says that a frame may be half sent. */
+TEST(a_conn_that_never_drains_reuses_its_output_buffer)
+{
+    int sv[2];
+    socket_pair(sv);
+    struct fb_conn a;
+    fb_conn_init(&a, sv[0], MAX_FRAME);
+    enum { STEP = 64 << 10, STEPS = 400 };
+    uint8_t *chunk = malloc(STEP), *rx = malloc(4 << 20);
+    fiber_buf want = {0}, got = {0};
+    uint64_t seq = 0;
+    /* A backlog of 1 MiB, then STEP bytes in and STEP bytes out a step. */
+    for (int i = -16; i < STEPS; i++) {
+        for (size_t k = 0; k < STEP; k++)
+            chunk[k] = (uint8_t)(seq++ * 2654435761u >> 24);
+        CHECK_OK(fiber_buf_append(fb_conn_out(&a), chunk, STEP));
+        CHECK_OK(fiber_buf_append(&want, chunk, STEP));
+        if (i < 0)
+            continue;
+        CHECK_EQ(fb_conn_flush(&a), 1); /* the backlog never fits */
+        ssize_t n = recv(sv[1], rx, STEP, 0);
+        CHECK(n > 0);
+        CHECK_OK(fiber_buf_append(&got, rx, (size_t)n));
+    }
+    /* 26 MiB went through; the buffer held about the backlog. */
+    CHECK(fb_conn_out(&a)->cap <= (8u << 20));
+    CHECK(fb_conn_unsent(&a) > 0);
+    CHECK_EQ(fb_conn_partly_sent(&a), 1);
+    uint64_t deadline = fb_deadline_ms(10000);
+    for (;;) {
+        int rc = fb_conn_flush(&a);
+        CHECK(rc >= 0);
+        ssize_t n = recv(sv[1], rx, 4 << 20, 0);
+        if (n > 0)
+            CHECK_OK(fiber_buf_append(&got, rx, (size_t)n));
+        if (rc == 0 && n <= 0)
+            break;
+        CHECK(fb_ms_left(deadline) > 0);
+    }
+    CHECK_EQ(fb_conn_partly_sent(&a), 0);
+    CHECK_EQ(got.len, want.len);
+    CHECK(memcmp(got.data, want.data, want.len) == 0);
+    fiber_buf_free(&want);
+    fiber_buf_free(&got);
+    free(chunk);
+    free(rx);
+    fb_conn_close(&a);
+    close(sv[1]);
+}
+
 /* ---- the runtime over TCP ------------------------------------------------ */
 
 FIBER_TASK(square)
