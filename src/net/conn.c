@@ -241,20 +241,18 @@ int fb_conn_next(struct fb_conn *conn, struct fb_wire_hdr *h,
     return 1;
 }
 
-/* Drops the sent head of out once it is at least COMPACT_MIN bytes and
- * outweighs the unsent tail: a connection that never drains completely (a
- * steady stream of large tasks, refilled as answers come) then reuses its
- * buffer instead of growing it, which cost a fresh, page-faulted megabyte
- * per megabyte sent.  Each byte moves at most once per byte sent before
- * it, so the cost is bounded by the sending. */
+/* The bytes sent before a move cost at least as much as the move, so
+ * compaction costs at most one copy of the stream. */
 #define COMPACT_MIN (64u << 10)
 
-static void compact_output(struct fb_conn_impl *c)
+void fb_conn_compact_output(struct fb_conn_impl *c, size_t *also)
 {
     size_t unsent = c->out.len - c->out_off;
     if (c->out_off < COMPACT_MIN || c->out_off < unsent)
         return;
     memmove(c->out.data, c->out.data + c->out_off, unsent);
+    if (also)
+        *also -= c->out_off;
     c->out.len = unsent;
     c->out_off = 0;
     c->out_moved = 1;
@@ -275,7 +273,7 @@ int fb_conn_flush(struct fb_conn *conn)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            compact_output(c);
+            fb_conn_compact_output(c, NULL);
             return 1;
         }
         if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {

@@ -47,4 +47,11 @@ static inline const struct fb_conn_impl *conn_cimpl(const struct fb_conn *c)
     return (const struct fb_conn_impl *)(const void *)c->storage.bytes;
 }
 
+/* Drops out's sent head [0, out_off) once it is at least 64 KiB and
+ * outweighs the unsent tail, moving the tail to the front (also, if not
+ * NULL, is an offset into out that moves with it: secure.c's sealed).
+ * Called when the socket would block: a connection that never drains
+ * completely then reuses its buffer instead of growing it. */
+void fb_conn_compact_output(struct fb_conn_impl *c, size_t *also);
+
 #endif /* FB_NET_CONN_INT_H */

@@ -470,10 +470,13 @@ int fb_sec_flush(struct fb_conn_impl *c)
         return FIBER_EPROTO;
     for (;;) {
         int rc = send_wire(c);
+        if (rc == 1)
+            fb_conn_compact_output(c, &s->sealed);
         if (rc)
             return rc;
         if (c->out_off == c->out.len) {
             c->out.len = c->out_off = s->sealed = 0;
+            c->out_moved = 0;
             return 0;
         }
         if (s->state == HS_WAIT) {
