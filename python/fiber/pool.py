@@ -20,6 +20,13 @@ RUN, CLOSE, TERMINATE = 0, 1, 2
 _NO_SHARED = object()   # shared= not given (None is a value to share)
 
 
+def _asks_meta(func):
+    """Whether func (or the object of a bound method) has @fiber.meta."""
+    return getattr(func, "__fiber_meta__", None) is not None or \
+        getattr(getattr(func, "__self__", None), "__fiber_meta__",
+                None) is not None
+
+
 def _with_shared(func, shared):
     """(func, None) without shared=; else (Shared(func, ref), ref): the
     value put once into the object store, func called as func(value,
@@ -222,6 +229,9 @@ class Pool:
 
     # -- starting --
     def _start(self, func=None):
+        if self._pool is not None and (
+                func is None or not _asks_meta(func)):
+            return   # the common call: a running pool, a plain function
         meta = _job_meta(func)
         if self._pool is not None:
             if func is not None and any(meta.values()) and \

@@ -175,6 +175,23 @@ def barrier_party(b, q):
     q.put(b.wait(10))
 
 
+def square_wanting_2_cpus(x):
+    """square, marked as @fiber.meta(cpu=2) does (set below, so that this
+    module does not import fiber)."""
+    return x * x
+
+
+square_wanting_2_cpus.__fiber_meta__ = {"cpu": 2}
+
+
+class MetaObject:
+    """An object whose class asks for a GPU: its bound methods do too."""
+    __fiber_meta__ = {"gpu": 1}
+
+    def square(self, x):
+        return x * x
+
+
 def numpy_sum(a):
     return float(a.sum())
 

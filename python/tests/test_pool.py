@@ -242,6 +242,19 @@ def test_map_sends_out_of_band_buffers_without_joining_them(pool):
     assert np.array_equal(got[0], f * 2) and np.array_equal(got[1], v * 2)
 
 
+def test_a_running_pool_refuses_functions_that_ask_for_other_resources():
+    # The workers started with the first function's resources (none
+    # here); a later function whose @fiber.meta, or whose object's, asks
+    # for others is refused with what differs, and nothing is sent.
+    with fiber.Pool(1) as p:
+        assert p.apply(helpers.square, (3,)) == 9
+        with pytest.raises(RuntimeError, match="other resources"):
+            p.apply(helpers.square_wanting_2_cpus, (3,))
+        with pytest.raises(RuntimeError, match="other resources"):
+            p.map(helpers.MetaObject().square, [1, 2])
+        assert p.map(helpers.square, [1, 2]) == [1, 4]
+
+
 def test_initializer_runs_in_every_worker():
     with fiber.Pool(2, initializer=helpers.set_state,
                     initargs=("k", "v")) as p:
