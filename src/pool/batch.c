@@ -250,5 +250,5 @@ void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
             p->cb_tail = b;
         }
     }
-    pthread_cond_broadcast(&p->cond);
+    fb_pool_wake(p);
 }

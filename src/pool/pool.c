@@ -51,7 +51,7 @@ static int pool_wait(struct fiber_pool *p, int (*done)(void *), void *arg,
             int rc = fb_pool_progress(p, done, arg, deadline_ms);
             p->driving = 0;
             p->last_drive_ms = fb_now_ms();
-            pthread_cond_broadcast(&p->cond);
+            fb_pool_wake(p);
             return rc;
         }
         /* Someone drives: ask the background thread to step aside. */
@@ -61,6 +61,7 @@ static int pool_wait(struct fiber_pool *p, int (*done)(void *), void *arg,
             /* saturated: the driver will wake anyway */
         }
         int rc = 0;
+        p->cond_waiters++;
         if (deadline_ms == UINT64_MAX) {
             pthread_cond_wait(&p->cond, &p->mu);
         } else {
@@ -69,6 +70,7 @@ static int pool_wait(struct fiber_pool *p, int (*done)(void *), void *arg,
                                       (long)(deadline_ms % 1000) * 1000000L};
             rc = pthread_cond_timedwait(&p->cond, &p->mu, &ts);
         }
+        p->cond_waiters--;
         p->want_drive--;
         if (rc != 0 && !done(arg))
             return FIBER_ETIMEDOUT;
@@ -237,7 +239,7 @@ FIBER_API int fiber_pool_create(fiber_pool **out, const fiber_pool_opts *opts)
         started += n;
         if (started >= p->target)
             p->creating = 0;
-        pthread_cond_broadcast(&p->cond);
+        fb_pool_wake(p);
         pthread_mutex_unlock(&p->mu);
     }
     if (rc) {
@@ -301,7 +303,7 @@ static void kick(struct fiber_pool *p)
 {
     fb_pool_dispatch(p);
     fb_pool_flush(p);
-    pthread_cond_broadcast(&p->cond);
+    fb_pool_wake(p);
 }
 
 static const struct fb_future_ops batch_future_ops;
@@ -746,7 +748,7 @@ FIBER_API int fiber_pool_close(fiber_pool *p)
         return rc;
     pthread_mutex_lock(&p->mu);
     p->closed = 1;
-    pthread_cond_broadcast(&p->cond);
+    fb_pool_wake(p);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -761,7 +763,7 @@ static void cut_imap(struct fiber_pool *p, struct fb_batch *b)
     }
     b->cut = 1;
     b->complete = 1;
-    pthread_cond_broadcast(&p->cond);
+    fb_pool_wake(p);
 }
 
 static int all_done(void *arg)
@@ -867,7 +869,7 @@ FIBER_API int fiber_pool_resize(fiber_pool *p, int workers)
         p->max_workers = workers;
     if (p->max_workers > 0 && workers < p->min_workers)
         p->min_workers = workers;
-    pthread_cond_broadcast(&p->cond);
+    fb_pool_wake(p);
     uint64_t one = 1;
     if (write(p->evfd, &one, sizeof one) < 0) {
         /* saturated */

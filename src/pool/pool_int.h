@@ -183,6 +183,8 @@ struct fiber_pool {
     pthread_cond_t cond; /* progress happened; the driver role is free */
     int driving;         /* a thread runs the progress loop */
     int want_drive;      /* callers waiting to take it over */
+    int cond_waiters;    /* callers waiting on cond (pool_wait) */
+    int bg_wait_ms;      /* the background thread's wait on cond, 0 awake */
     int epfd, evfd;
     uint64_t last_drive_ms;
 
@@ -305,5 +307,20 @@ int fb_batch_can_send(const struct fb_batch *b);
 void fb_batch_free(struct fb_batch *b);
 /* The failure message, "" if none. */
 const char *fb_batch_msg(const struct fb_batch *b);
+
+/* Wakes whoever waits on p->cond and needs to know: callers waiting for
+ * a result or for the driver role, and the background thread when it
+ * sleeps long (no work was outstanding: now there may be).  Its short
+ * wait (2 ms, while a caller may come back) ends by itself.  Waking it on
+ * every submission and result cost two context switches each on the
+ * other core, preempting a worker or a caller that spun for its answer:
+ * the spins then failed and their budgets fell, and a 1-worker apply
+ * round trip went from ~15 us to ~50 us for thousands of calls.  mu
+ * held. */
+static inline void fb_pool_wake(struct fiber_pool *p)
+{
+    if (p->cond_waiters > 0 || p->bg_wait_ms > 2)
+        pthread_cond_broadcast(&p->cond);
+}
 
 #endif /* FB_POOL_INT_H */

@@ -68,7 +68,9 @@ static void inbox_push(struct fb_worker *w, int kind, struct fb_conn *conn)
     if (write(p->evfd, &one, sizeof one) < 0) {
         /* saturated: the driver is awake anyway */
     }
-    pthread_cond_broadcast(&p->cond); /* wake the background thread */
+    /* No mu held here (fb_pool_wake reads fields under it); worker events
+     * are rare, so the background thread is always woken. */
+    pthread_cond_broadcast(&p->cond);
 }
 
 static void w_connected(struct fb_jobrec *j)
@@ -1057,7 +1059,7 @@ void fb_pool_run_callbacks(struct fiber_pool *p)
                   rc ? strlen(msg) : b->result.len);
             pthread_mutex_lock(&p->mu);
             p->callbacks_running--;
-            pthread_cond_broadcast(&p->cond);
+            fb_pool_wake(p);
         }
         b->cb_pending = 0;
         if (!b->has_handle)
@@ -1136,7 +1138,7 @@ void *fb_pool_bg_main(void *arg)
             fb_pool_progress(p, bg_done, p, UINT64_MAX);
             p->driving = 0;
             p->last_drive_ms = fb_now_ms();
-            pthread_cond_broadcast(&p->cond);
+            fb_pool_wake(p);
             continue;
         }
         struct timespec ts;
@@ -1145,7 +1147,9 @@ void *fb_pool_bg_main(void *arg)
         ts.tv_nsec += add_ms * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
+        p->bg_wait_ms = (int)add_ms;
         pthread_cond_timedwait(&p->cond, &p->mu, &ts);
+        p->bg_wait_ms = 0;
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
