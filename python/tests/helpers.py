@@ -175,6 +175,13 @@ def barrier_party(b, q):
     q.put(b.wait(10))
 
 
+def slow_on_zero(x):
+    """x, after 2 s for 0 and at once for anything else."""
+    if x == 0:
+        time.sleep(2)
+    return x
+
+
 def square_wanting_2_cpus(x):
     """square, marked as @fiber.meta(cpu=2) does (set below, so that this
     module does not import fiber)."""

@@ -48,6 +48,16 @@ def test_imap_in_order_and_unordered(pool):
     assert sorted(got) == sorted(x * x for x in range(30))
 
 
+def test_imap_unordered_yields_what_finished_before_a_slow_first_item(pool):
+    # The iterating thread takes whichever task of its window finished:
+    # the slow first item (2 s) does not hold back the others.
+    it = pool.imap_unordered(helpers.slow_on_zero, range(6))
+    first = it.next(timeout=60)
+    assert first != 0
+    got = [first] + list(it)
+    assert sorted(got) == list(range(6))
+
+
 def test_apply_async_results_are_independent(pool):
     it = pool.imap_unordered(helpers.square, [3])
     assert list(it) == [9]
