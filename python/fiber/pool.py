@@ -603,6 +603,12 @@ class IMapIterator:
         return self._in_flight.popleft()
 
     def next(self, timeout=None):
+        ready = self._ready
+        if ready:   # the rest of a chunk already taken: no lock needed
+            try:
+                return ready.popleft()
+            except IndexError:
+                pass  # another thread took the last one
         with self._lock:
             while not self._ready:
                 self._fill()
