@@ -21,6 +21,9 @@ Figures (2-core machine):
 - apply_rtt_median_us: one worker, apply() of a no-op, median.
 - map_c1_tasks_per_s, map_auto_tasks_per_s: no-op tasks through map with
   2 workers, chunksize 1 and automatic.
+- imap_c1_tasks_per_s, imap_unordered_c1_tasks_per_s, imap_c100_tasks_per_s:
+  no-op tasks through imap (imap_unordered) with 2 workers, chunksize 1
+  and 100, every result taken by iterating.
 - numpy_map_gb_per_s: map over 1,000 arrays of 1 MiB returning a scalar.
 - queue_msgs_per_s: 64-byte messages, one producer process, one consumer.
 - manager_dict_setget_median_us: set then get on a manager dict.
@@ -100,6 +103,18 @@ def map_rate(mod, n, chunksize):
     return n / el
 
 
+def imap_rate(mod, n, chunksize, unordered=False):
+    with _pool(mod, 2) as pool:
+        warm_up(pool, 2)
+        t = time.perf_counter()
+        it = (pool.imap_unordered if unordered else pool.imap)(
+            T.noop, range(n), chunksize)
+        for _ in it:
+            pass
+        el = time.perf_counter() - t
+    return n / el
+
+
 def numpy_rate(mod, n):
     import numpy as np
     arrays = [np.full(1 << 17, i, dtype=np.float64) for i in range(n)]  # 1 MiB
@@ -150,6 +165,10 @@ def measure_pool(mod, quick):
 def measure(mod, quick):
     s = 0.25 if quick else 1.0
     r = measure_pool(mod, quick)
+    r["imap_c1_tasks_per_s"] = imap_rate(mod, int(20000 * s), 1)
+    r["imap_unordered_c1_tasks_per_s"] = imap_rate(mod, int(20000 * s), 1,
+                                                   True)
+    r["imap_c100_tasks_per_s"] = imap_rate(mod, int(500000 * s), 100)
     try:
         r["numpy_map_gb_per_s"] = numpy_rate(mod, int(1000 * s))
     except ImportError:
