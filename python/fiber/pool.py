@@ -15,17 +15,10 @@ import time
 
 from . import _envelope as env
 from . import _fiber, _runtime
-from .process import _job_meta
+from .process import _job_meta, _meta_of
 
 RUN, CLOSE, TERMINATE = 0, 1, 2
 _NO_SHARED = object()   # shared= not given (None is a value to share)
-
-
-def _asks_meta(func):
-    """Whether func (or the object of a bound method) has @fiber.meta."""
-    return getattr(func, "__fiber_meta__", None) is not None or \
-        getattr(getattr(func, "__self__", None), "__fiber_meta__",
-                None) is not None
 
 
 def _with_shared(func, shared):
@@ -231,7 +224,7 @@ class Pool:
     # -- starting --
     def _start(self, func=None):
         if self._pool is not None and (
-                func is None or not _asks_meta(func)):
+                func is None or not _meta_of(func)):
             return   # the common call: a running pool, a plain function
         meta = _job_meta(func)
         if self._pool is not None:

@@ -25,12 +25,17 @@ def _reap():
         _children.difference_update(ended)
 
 
+def _meta_of(target):
+    """What a target's @fiber.meta (or its bound object's) asks for, or
+    None."""
+    return getattr(target, "__fiber_meta__", None) or \
+        getattr(getattr(target, "__self__", None), "__fiber_meta__", None)
+
+
 def _job_meta(target):
     """The resources a target's @fiber.meta asks for (else fiber.config's
     cpu_per_job and mem_per_job)."""
-    owner = getattr(target, "__self__", None)
-    meta = getattr(target, "__fiber_meta__", None) or \
-        getattr(owner, "__fiber_meta__", None) or {}
+    meta = _meta_of(target) or {}
     # Without @fiber.meta: fiber.config's cpu_per_job and mem_per_job.
     from .config import job_defaults
     dflt = job_defaults()

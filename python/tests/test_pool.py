@@ -268,6 +268,23 @@ def test_a_running_pool_refuses_functions_that_ask_for_other_resources():
         assert p.map(helpers.square, [1, 2]) == [1, 4]
 
 
+def test_map_payloads_that_are_not_bytes_or_buffers_are_refused(pool):
+    # The binding's map takes bytes, or a tuple of contiguous buffers per
+    # task; anything else is refused with what and where, and nothing runs.
+    np = pytest.importorskip("numpy")
+    pool.map(helpers.square, [1])          # the C pool exists
+    with pytest.raises(TypeError, match="payload 1 must be bytes or a "
+                       "tuple of buffers, not int"):
+        pool._pool.map_async([b"x", 7], 1)
+    with pytest.raises(TypeError, match="payload 0: part 1 is not a "
+                       "contiguous buffer"):
+        pool._pool.map_async([(b"x", np.arange(10)[::2])], 1)
+    with pytest.raises(TypeError, match="part 1 is not a contiguous "
+                       "buffer \\(str\\)"):
+        pool._pool.map_async([(b"x", "text")], 1)
+    assert pool.map(helpers.square, [2, 3]) == [4, 9]
+
+
 def test_initializer_runs_in_every_worker():
     with fiber.Pool(2, initializer=helpers.set_state,
                     initargs=("k", "v")) as p:
