@@ -682,6 +682,43 @@ FIBER_API int fiber_pool_imap(fiber_pool *p, const char *task, const void *in,
                               size_t in_size, size_t n, size_t chunksize,
                               int ordered, fiber_imap **it);
 
+/* Starts an imap whose inputs are given one at a time, of any size, with
+ * fiber_imap_put (or _put_gather) and ended with fiber_imap_end: a long
+ * or endless sequence, or one computed as results come back.  The pool
+ * chooses how many inputs travel in one message (chunksize 0: from the
+ * tasks' measured times) and retries each input alone.  At most window
+ * inputs (0: 4,096) are held whose results were not yet taken; each is
+ * copied, and the copy freed once its result is in.  fiber_imap_next
+ * takes results as for fiber_pool_imap; it fails with FIBER_ESTATE when
+ * every input put so far has been taken and the iterator was not ended,
+ * and with FIBER_ECLOSED once it was ended and all were taken.  Inputs
+ * may still be put after fiber_pool_close (they belong to this call),
+ * not after fiber_pool_terminate.  Returns 0, FIBER_EINVAL,
+ * FIBER_ECLOSED, FIBER_ESPAWN, FIBER_ENOTASK or FIBER_ENOMEM. */
+FIBER_API int fiber_pool_imap_stream(fiber_pool *p, const char *task,
+                                     size_t chunksize, int ordered,
+                                     size_t window, fiber_imap **it);
+
+/* Puts one input (copied) of a stream.  Returns 0, FIBER_EAGAIN when the
+ * window is full (take a result first), FIBER_ESTATE after
+ * fiber_imap_end, FIBER_ETOOBIG (over half of max_message_bytes),
+ * FIBER_ECLOSED (terminated pool), FIBER_EINVAL (not a stream). */
+FIBER_API int fiber_imap_put(fiber_imap *it, const void *data, size_t len);
+
+/* Puts up to n inputs as fiber_pool_map_gather_async takes them (input
+ * i is parts[first[i]] .. parts[first[i + 1] - 1] back to back), as
+ * many as the window has room for, and sends them together; *accepted
+ * (may be NULL) receives how many.  Returns 0 when at least one was put
+ * (or n is 0), else fiber_imap_put's errors; an input refused after
+ * others were put ends the call with those put and 0. */
+FIBER_API int fiber_imap_put_gather(fiber_imap *it, const fiber_iov *parts,
+                                    const size_t *first, size_t n,
+                                    size_t *accepted);
+
+/* No more inputs: once every result has been taken, fiber_imap_next
+ * fails with FIBER_ECLOSED.  Ending twice is no error. */
+FIBER_API int fiber_imap_end(fiber_imap *it);
+
 /* Takes the next result: its input index goes to *index and its bytes are
  * appended to out (the failure message when the task failed).  Returns 0,
  * the task's failure code, FIBER_ECLOSED when all n results have been

@@ -11,7 +11,6 @@ import collections
 import itertools
 import multiprocessing
 import threading
-import time
 
 from . import _envelope as env
 from . import _fiber, _runtime
@@ -444,9 +443,6 @@ class Pool:
             yield len(chunk), env.task(env.CHUNK, fb, chunk, name, flags,
                                        parts)
 
-    def _window(self):
-        return max(64, 8 * self._processes)
-
     def imap(self, func, iterable, chunksize=1):
         """Results in input order, computed ahead within a bounded window:
         an IMapIterator (``next(timeout)``; an item that raised raises at
@@ -463,7 +459,7 @@ class Pool:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
         cls = IMapIterator if ordered else IMapUnorderedIterator
-        return cls(self, self._chunks(func, iterable, chunksize, False),
+        return cls(self, self._chunks(func, iterable, chunksize, False, True),
                    chunksize)
 
     # -- life --
@@ -553,8 +549,14 @@ class IMapIterator:
     whole chunk (raised once, at the chunk's place), then the iteration
     goes on with the next chunk.
 
-    Tasks are submitted as results are taken, at most a window ahead
-    (max(64, 8 x workers) tasks), so that memory stays bounded."""
+    It is the C pool's streamed imap (fiber_pool_imap_stream): the pool
+    chooses how many tasks travel together from their measured times, as
+    for a map, and retries each task alone when a worker dies.  Tasks are
+    put as results are taken, at most a window ahead (max(128, 8 x
+    workers) tasks, each a chunk of chunksize items), so that memory
+    stays bounded; the first window is put when imap is called."""
+
+    _ordered = True
 
     def __init__(self, pool, chunks, chunksize=1):
         self._pool = pool
@@ -563,37 +565,36 @@ class IMapIterator:
         self._exhausted = False
         self._ready = collections.deque()   # values of a chunk taken
         self._lock = threading.Lock()
-        self._in_flight = collections.deque()
+        self._window = max(128, 8 * pool._processes)
+        self._put = self._taken = 0
+        self._stream = pool._pool.imap_stream(0, self._ordered, self._window)
+        self._error = None
+        try:
+            self._fill()
+        except Exception as e:   # raised by the first next(), as later ones
+            self._error = e
 
     def __iter__(self):
         return self
 
-    def _more(self):
-        """The next chunk's payload, or None when the input is used up."""
-        if self._exhausted:
-            return None
+    def _fill(self):
+        """Puts what the window has room for (lock held, or in __init__).
+        An exception from the input (the iterable, or an item that does
+        not pickle) is raised here, in the caller of next()."""
+        room = self._window - (self._put - self._taken)
+        if self._exhausted or room <= 0:
+            return
+        batch = []
         try:
-            return next(self._chunks)[1]
+            for _ in range(room):
+                batch.append(next(self._chunks)[1])
         except StopIteration:
             self._exhausted = True
-            return None
-
-    def _fill(self):
-        while len(self._in_flight) < self._pool._window():
-            payload = self._more()
-            if payload is None:
-                return
-            self._submit(payload)
-
-    def _submit(self, payload):
-        self._in_flight.append(
-            AsyncResult(self._pool, self._pool._pool.apply_async(payload)))
-
-    def _take(self, timeout):
-        """The next finished AsyncResult in this iterator's order."""
-        res = self._in_flight[0]
-        res.get(timeout)          # TimeoutError leaves it in place
-        return self._in_flight.popleft()
+        finally:
+            if batch:
+                self._put += self._stream.put(batch)
+        if self._exhausted:
+            self._stream.end()
 
     def next(self, timeout=None):
         ready = self._ready
@@ -603,18 +604,21 @@ class IMapIterator:
             except IndexError:
                 pass  # another thread took the last one
         with self._lock:
+            if self._error is not None:
+                e, self._error = self._error, None
+                raise e
             while not self._ready:
                 self._fill()
-                if not self._in_flight:
+                if self._taken == self._put and self._exhausted:
                     raise StopIteration
                 try:
-                    res = self._take(timeout)
-                except TimeoutError:
-                    raise                 # the result stays for later
-                except BaseException:
-                    self._drop_failed()   # this item's (chunk's) error
-                    raise
-                value = res.get(0)
+                    _, rc, raw = self._stream.next(_ms(timeout))
+                except _fiber.FiberTimeoutError:
+                    raise TimeoutError from None
+                self._taken += 1
+                if rc:
+                    _raise_failure(rc, raw.decode("utf-8", "replace"))
+                value = env.decode(raw)   # the task's exception, at its place
                 if self._chunksize == 1:
                     return value
                 self._ready.extend(value)
@@ -622,41 +626,13 @@ class IMapIterator:
 
     __next__ = next
 
-    def _drop_failed(self):
-        self._in_flight.popleft()
-
 
 class IMapUnorderedIterator(IMapIterator):
     """What imap_unordered returns (see IMapIterator): results in the order
-    they finish.  The iterating thread finds them itself: it takes any
-    task of the window that has finished, else drives the pool waiting on
-    the oldest for at most SLICE_MS and looks again, so a result never
-    travels through another thread (through the callback thread, each cost
-    a thread hand-over: 0.37x multiprocessing's rate)."""
+    they finish, taken from the C pool's unordered stream, so that a slow
+    item holds one place of the window, not the ones after it."""
 
-    SLICE_MS = 1
-
-    def _take(self, timeout):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        flight = self._in_flight
-        while True:
-            for i, res in enumerate(flight):
-                if res._done or res._future.ready():
-                    del flight[i]
-                    res._take(0)
-                    if res._error is not None:
-                        raise res._error
-                    return res
-            ms = self.SLICE_MS
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                ms = min(ms, max(1, int(left * 1000)))
-            flight[0]._future.wait(ms)
-
-    def _drop_failed(self):
-        pass  # _take removed it already
+    _ordered = False
 
 
 def _run_callback(fn, *args):

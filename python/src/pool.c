@@ -36,6 +36,27 @@ typedef struct {
     int mu_ready;
 } FbpPool;
 
+/* The parts of a list of payloads (gather_parts): a payload is bytes (one
+ * part) or a tuple of contiguous buffers sent back to back (the header
+ * and a pickle's out-of-band buffers: fiber._envelope.task(parts=True)),
+ * whose exports are held in views until gather_free. */
+struct gather {
+    fiber_iov *iov;   /* every payload's parts */
+    size_t *first;    /* payload i: iov[first[i]] .. iov[first[i + 1] - 1] */
+    Py_buffer *views; /* the parts that are not bytes: held exports */
+    Py_ssize_t nviews;
+};
+
+static void gather_free(struct gather *g)
+{
+    for (Py_ssize_t i = 0; i < g->nviews; i++)
+        PyBuffer_Release(&g->views[i]);
+    PyMem_RawFree(g->iov);
+    PyMem_RawFree(g->first);
+    PyMem_RawFree(g->views);
+    memset(g, 0, sizeof *g);
+}
+
 enum { FUT_BYTES = 0, FUT_INT64 = 1, FUT_NONE = 2, FUT_MAP = 3 };
 
 typedef struct {
@@ -49,10 +70,7 @@ typedef struct {
     char answer_msg[1024];
     /* map: inputs kept alive, and where results land */
     PyObject *inputs;
-    fiber_iov *iov;       /* every task's parts */
-    size_t *first;        /* task i: iov[first[i]] .. iov[first[i + 1] - 1] */
-    Py_buffer *views;     /* the parts that are not bytes: held exports */
-    Py_ssize_t nviews;
+    struct gather g;      /* their parts (gather_parts) */
     fiber_buf *outs;
     int *codes;
     Py_ssize_t n;
@@ -178,10 +196,7 @@ static FbpFuture *future_alloc(PyObject *owner, int kind)
     fu->answer_rc = 0;
     fu->answer_msg[0] = '\0';
     fu->inputs = NULL;
-    fu->iov = NULL;
-    fu->first = NULL;
-    fu->views = NULL;
-    fu->nviews = 0;
+    memset(&fu->g, 0, sizeof fu->g);
     fu->outs = NULL;
     fu->codes = NULL;
     fu->n = 0;
@@ -239,31 +254,21 @@ static void map_free(FbpFuture *fu)
 {
     for (Py_ssize_t i = 0; fu->outs && i < fu->n; i++)
         fiber_buf_free(&fu->outs[i]);
-    for (Py_ssize_t i = 0; i < fu->nviews; i++)
-        PyBuffer_Release(&fu->views[i]);
+    gather_free(&fu->g);
     PyMem_RawFree(fu->outs);
-    PyMem_RawFree(fu->iov);
-    PyMem_RawFree(fu->first);
-    PyMem_RawFree(fu->views);
     PyMem_RawFree(fu->codes);
     fu->outs = NULL;
-    fu->iov = NULL;
-    fu->first = NULL;
-    fu->views = NULL;
-    fu->nviews = 0;
     fu->codes = NULL;
 }
 
-/* Fills fu->iov and fu->first from fu->inputs: a payload is bytes (one
- * part) or a tuple of contiguous buffers sent back to back (the header
- * and a pickle's out-of-band buffers: fiber._envelope.task(parts=True)),
- * whose exports are held until the map is freed.  0, or -1 with an
- * exception set. */
-static int map_parts(FbpFuture *fu)
+/* Fills g from a list of payloads (see struct gather); what names the
+ * call in errors.  0, or -1 with an exception set (g is then freed by
+ * gather_free as usual). */
+static int gather_parts(struct gather *g, PyObject *list, const char *what)
 {
-    Py_ssize_t n = fu->n, total = 0, views = 0;
+    Py_ssize_t n = PyList_GET_SIZE(list), total = 0, views = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(fu->inputs, i);
+        PyObject *item = PyList_GET_ITEM(list, i);
         if (PyBytes_Check(item)) {
             total++;
         } else if (PyTuple_Check(item)) {
@@ -271,45 +276,45 @@ static int map_parts(FbpFuture *fu)
             for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(item); j++)
                 views += !PyBytes_Check(PyTuple_GET_ITEM(item, j));
         } else {
-            PyErr_Format(PyExc_TypeError, "map payload %zd must be bytes or "
-                         "a tuple of buffers, not %s", i,
+            PyErr_Format(PyExc_TypeError, "%s payload %zd must be bytes or "
+                         "a tuple of buffers, not %s", what, i,
                          Py_TYPE(item)->tp_name);
             return -1;
         }
     }
-    fu->iov = PyMem_RawCalloc(total ? (size_t)total : 1, sizeof *fu->iov);
-    fu->first = PyMem_RawCalloc((size_t)n + 1, sizeof *fu->first);
-    fu->views = PyMem_RawCalloc(views ? (size_t)views : 1, sizeof *fu->views);
-    if (!fu->iov || !fu->first || !fu->views) {
+    g->iov = PyMem_RawCalloc(total ? (size_t)total : 1, sizeof *g->iov);
+    g->first = PyMem_RawCalloc((size_t)n + 1, sizeof *g->first);
+    g->views = PyMem_RawCalloc(views ? (size_t)views : 1, sizeof *g->views);
+    if (!g->iov || !g->first || !g->views) {
         PyErr_NoMemory();
         return -1;
     }
     size_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(fu->inputs, i);
-        fu->first[i] = k;
+        PyObject *item = PyList_GET_ITEM(list, i);
+        g->first[i] = k;
         Py_ssize_t m = PyBytes_Check(item) ? 1 : PyTuple_GET_SIZE(item);
         for (Py_ssize_t j = 0; j < m; j++, k++) {
             PyObject *part = PyBytes_Check(item) ? item
                                                  : PyTuple_GET_ITEM(item, j);
             if (PyBytes_Check(part)) {
-                fu->iov[k].data = PyBytes_AS_STRING(part);
-                fu->iov[k].len = (size_t)PyBytes_GET_SIZE(part);
+                g->iov[k].data = PyBytes_AS_STRING(part);
+                g->iov[k].len = (size_t)PyBytes_GET_SIZE(part);
                 continue;
             }
-            Py_buffer *v = &fu->views[fu->nviews];
+            Py_buffer *v = &g->views[g->nviews];
             if (PyObject_GetBuffer(part, v, PyBUF_SIMPLE) != 0) {
-                PyErr_Format(PyExc_TypeError, "map payload %zd: part %zd "
-                             "is not a contiguous buffer (%s)", i, j,
+                PyErr_Format(PyExc_TypeError, "%s payload %zd: part %zd "
+                             "is not a contiguous buffer (%s)", what, i, j,
                              Py_TYPE(part)->tp_name);
                 return -1;
             }
-            fu->nviews++;
-            fu->iov[k].data = v->buf;
-            fu->iov[k].len = (size_t)v->len;
+            g->nviews++;
+            g->iov[k].data = v->buf;
+            g->iov[k].len = (size_t)v->len;
         }
     }
-    fu->first[n] = k;
+    g->first[n] = k;
     return 0;
 }
 
@@ -343,14 +348,14 @@ static PyObject *pool_map_async(FbpPool *self, PyObject *args)
         Py_DECREF(fu);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    if (map_parts(fu) != 0) {
+    if (gather_parts(&fu->g, fu->inputs, "map") != 0) {
         Py_DECREF(fu);
         return NULL;
     }
     int rc;
     char msg[1024] = "";
-    FBP_CALL(rc, msg, fiber_pool_map_gather_async(self->p, FBP_TASK, fu->iov,
-                                                  fu->first, (size_t)n,
+    FBP_CALL(rc, msg, fiber_pool_map_gather_async(self->p, FBP_TASK, fu->g.iov,
+                                                  fu->g.first, (size_t)n,
                                                   fu->outs, fu->codes,
                                                   (size_t)chunksize, &fu->f));
     if (rc) {
@@ -359,6 +364,178 @@ static PyObject *pool_map_async(FbpPool *self, PyObject *args)
     }
     return (PyObject *)fu;
 }
+
+/* ---- streamed imap ------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    fiber_imap *it;
+    PyObject *owner; /* the pool */
+} FbpIMap;
+
+static PyTypeObject FbpIMapType;
+
+/* imap_stream(chunksize=0, ordered=True, window=0) -> IMap over
+ * fiber_pool_imap_stream: the pool chooses chunks (chunksize 0) and
+ * retries each input alone. */
+static PyObject *pool_imap_stream(FbpPool *self, PyObject *args)
+{
+    Py_ssize_t chunksize = 0, window = 0;
+    int ordered = 1;
+    if (!PyArg_ParseTuple(args, "|npn", &chunksize, &ordered, &window) ||
+        check_pool(self))
+        return NULL;
+    if (chunksize < 0 || window < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunksize and window must be >= 0");
+        return NULL;
+    }
+    FbpIMap *m = PyObject_New(FbpIMap, &FbpIMapType);
+    if (!m)
+        return NULL;
+    m->it = NULL;
+    m->owner = Py_NewRef((PyObject *)self);
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_pool_imap_stream(self->p, FBP_TASK,
+                                             (size_t)chunksize, ordered,
+                                             (size_t)window, &m->it));
+    if (rc) {
+        Py_DECREF(m);
+        return fbp_raise(rc, msg);
+    }
+    return (PyObject *)m;
+}
+
+static int check_imap(FbpIMap *m)
+{
+    if (!m->it) {
+        PyErr_SetString(PyExc_ValueError, "the iterator is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* put(payloads) -> how many were taken (as many as the window has room
+ * for; 0 when it is full).  Each payload is copied before put returns. */
+static PyObject *imap_put(FbpIMap *m, PyObject *args)
+{
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list) || check_imap(m))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    struct gather g = {0};
+    PyObject *hold = PyList_GetSlice(list, 0, n); /* items stay alive */
+    if (!hold || gather_parts(&g, hold, "imap") != 0) {
+        gather_free(&g);
+        Py_XDECREF(hold);
+        return NULL;
+    }
+    size_t accepted = 0;
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_imap_put_gather(m->it, g.iov, g.first, (size_t)n,
+                                            &accepted));
+    gather_free(&g);
+    Py_DECREF(hold);
+    if (rc == FIBER_EAGAIN)
+        return PyLong_FromLong(0);
+    if (rc)
+        return fbp_raise(rc, msg);
+    return PyLong_FromSize_t(accepted);
+}
+
+static PyObject *imap_end(FbpIMap *m, PyObject *unused)
+{
+    (void)unused;
+    if (check_imap(m))
+        return NULL;
+    int rc;
+    char msg[1024] = "";
+    FBP_CALL(rc, msg, fiber_imap_end(m->it));
+    if (rc)
+        return fbp_raise(rc, msg);
+    Py_RETURN_NONE;
+}
+
+struct next_ctx {
+    fiber_imap *it;
+    size_t index;
+    fiber_buf *out;
+};
+
+static int next_step(void *ctx, int slice_ms)
+{
+    struct next_ctx *c = ctx;
+    c->out->len = 0;
+    return fiber_imap_next(c->it, &c->index, c->out, slice_ms);
+}
+
+/* next(timeout_ms=-1) -> (index, code, bytes): code 0 and the answer, or
+ * the task's failure code (it crashed its workers) and its message.
+ * Raises FiberTimeoutError, or FiberError when the iterator has nothing
+ * to give (FIBER_ESTATE: every input put was taken; FIBER_ECLOSED: ended
+ * and all taken, or the pool was terminated). */
+static PyObject *imap_next(FbpIMap *m, PyObject *args)
+{
+    int timeout_ms = -1;
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms) || check_imap(m))
+        return NULL;
+    fiber_buf out = {0};
+    struct next_ctx c = {m->it, 0, &out};
+    char msg[1024] = "";
+    int rc = fbp_wait_sliced(next_step, &c, timeout_ms, msg, sizeof msg);
+    PyObject *res = NULL;
+    if (rc == -2)
+        ;
+    else if (rc == 0 || rc == FIBER_ETASK || rc == FIBER_ECRASHED ||
+             rc == FIBER_ESPAWN || rc == FIBER_ENOMEM)
+        res = Py_BuildValue("(niy#)", (Py_ssize_t)c.index, rc,
+                            out.data ? (char *)out.data : "",
+                            (Py_ssize_t)out.len);
+    else
+        fbp_raise(rc, msg);
+    fiber_buf_free(&out);
+    return res;
+}
+
+static PyObject *imap_close(FbpIMap *m, PyObject *unused)
+{
+    (void)unused;
+    if (m->it) {
+        fiber_imap *it = m->it;
+        m->it = NULL;
+        FB_NOGIL(fiber_imap_free(it));
+    }
+    Py_RETURN_NONE;
+}
+
+static void imap_dealloc(FbpIMap *m)
+{
+    if (m->it) {
+        fiber_imap *it = m->it;
+        m->it = NULL;
+        FB_NOGIL(fiber_imap_free(it));
+    }
+    Py_XDECREF(m->owner);
+    PyObject_Free(m);
+}
+
+static PyMethodDef imap_methods[] = {
+    {"put", (PyCFunction)imap_put, METH_VARARGS, NULL},
+    {"end", (PyCFunction)imap_end, METH_NOARGS, NULL},
+    {"next", (PyCFunction)imap_next, METH_VARARGS, NULL},
+    {"close", (PyCFunction)imap_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FbpIMapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fiber._fiber.IMap",
+    .tp_basicsize = sizeof(FbpIMap),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)imap_dealloc,
+    .tp_methods = imap_methods,
+    .tp_doc = "A streamed imap over a fiber_pool (Pool.imap_stream).",
+};
 
 /* next_done(timeout_ms) -> list of (token, code, bytes), empty on timeout.
  * Waits with the GIL released. */
@@ -515,6 +692,7 @@ static PyObject *pool_stats(FbpPool *self, PyObject *unused)
 static PyMethodDef pool_methods[] = {
     {"apply_async", (PyCFunction)pool_apply_async, METH_VARARGS, NULL},
     {"map_async", (PyCFunction)pool_map_async, METH_VARARGS, NULL},
+    {"imap_stream", (PyCFunction)pool_imap_stream, METH_VARARGS, NULL},
     {"next_done", (PyCFunction)pool_next_done, METH_VARARGS, NULL},
     {"join", (PyCFunction)pool_join, METH_VARARGS, NULL},
     {"wait_ready", (PyCFunction)pool_wait_ready, METH_VARARGS, NULL},
@@ -681,7 +859,8 @@ PyTypeObject FbpFutureType = {
 
 int fbp_pool_init(PyObject *m)
 {
-    if (PyType_Ready(&FbpPoolType) < 0 || PyType_Ready(&FbpFutureType) < 0)
+    if (PyType_Ready(&FbpPoolType) < 0 || PyType_Ready(&FbpFutureType) < 0 ||
+        PyType_Ready(&FbpIMapType) < 0)
         return -1;
     return PyModule_AddObjectRef(m, "Pool", (PyObject *)&FbpPoolType);
 }

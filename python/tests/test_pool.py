@@ -1,4 +1,5 @@
 import functools
+import itertools
 import multiprocessing
 import os
 import random
@@ -371,6 +372,18 @@ def _worker_pids(prefix):
     return pids
 
 
+def _kill_one(pids):
+    """SIGKILLs one of pids, chosen at random: 1, or 0 if none (or it had
+    already gone)."""
+    if not pids:
+        return 0
+    try:
+        os.kill(random.choice(pids), signal.SIGKILL)
+        return 1
+    except ProcessLookupError:
+        return 0
+
+
 @pytest.mark.local_only
 def test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map(tmp_path):
     n = 100_000
@@ -389,19 +402,51 @@ def test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map(tmp_path):
             now = time.time()
             working = {int(f) for f in os.listdir(tmp_path)
                        if now - os.stat(tmp_path / f).st_mtime >= 0.2}
-            pids = [q for q in _worker_pids("chaos") if q in working]
-            if pids:
-                try:
-                    os.kill(random.choice(pids), signal.SIGKILL)
-                    kills += 1
-                except ProcessLookupError:
-                    pass
+            kills += _kill_one([q for q in _worker_pids("chaos")
+                                if q in working])
         out = r.get(10)
         st = p.stats()
     assert out == [x * x for x in range(n)]
     assert kills >= 2, "the map ended before the test could kill workers"
     assert st["workers_lost"] >= 1
     assert st["tasks_done"] >= n
+
+
+def test_imap_of_an_endless_generator_puts_only_a_window_ahead():
+    with fiber.Pool(2) as p:
+        before = p.stats()["tasks_submitted"]
+        it = p.imap(helpers.square, itertools.count())
+        got = [next(it) for _ in range(1000)]
+        assert got == [x * x for x in range(1000)]
+        put = p.stats()["tasks_submitted"] - before
+        # Taken 1,000, and at most the window (max(128, 8 x 2)) beyond.
+        assert 1000 <= put <= 1000 + 128, put
+
+
+def test_imap_started_before_close_runs_to_the_end():
+    p = fiber.Pool(2)
+    it = p.imap(helpers.square, range(2000))
+    un = p.imap_unordered(helpers.square, range(2000))
+    p.close()
+    assert list(it) == [x * x for x in range(2000)]
+    assert sorted(un) == [x * x for x in range(2000)]
+    p.join()
+
+
+@pytest.mark.local_only
+def test_imap_reruns_what_a_killed_worker_held(tmp_path):
+    n = 30_000
+    task = functools.partial(helpers.spin_square_marking, str(tmp_path))
+    with fiber.Pool(2, name="imapkill") as p:
+        out, kills = [], 0
+        for i, v in enumerate(p.imap(task, range(n))):
+            out.append(v)
+            if i % 3000 == 1500:
+                kills += _kill_one(_worker_pids("imapkill"))
+        st = p.stats()
+    assert out == [x * x for x in range(n)]
+    assert kills >= 3
+    assert st["workers_lost"] >= 1
 
 
 def _master_socket():

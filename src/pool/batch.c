@@ -25,8 +25,15 @@ size_t fb_batch_parts(const struct fb_batch *b, size_t i, fiber_iov *one,
         one->data = b->arg;
         one->len = b->arg_len;
         break;
-    case B_MAP:
     case B_IMAP:
+        if (b->stream) {
+            const struct fb_stream_in *in = &b->ins[i & (b->ins_cap - 1)];
+            one->data = in->data;
+            one->len = in->len;
+            break;
+        }
+        /* fall through */
+    case B_MAP:
         one->data = b->in + i * b->in_size;
         one->len = b->in_size;
         break;
@@ -45,6 +52,16 @@ int fb_batch_can_send(const struct fb_batch *b)
 {
     if (b->kind != B_IMAP)
         return 1;
+    if (b->stream) {
+        /* Its window is kept by fiber_imap_put.  A reader that takes one
+         * result and puts one input would make every message carry one
+         * task: inputs wait until a quarter window is unsent, unless the
+         * stream ended or few of its tasks are still out (then a worker
+         * might go idle). */
+        size_t quarter = b->window / 4;
+        return b->ended || b->n - b->next >= (quarter ? quarter : 1) ||
+               b->next - b->done <= quarter;
+    }
     /* An imap holds at most `window` results not yet read: for ordered
      * reading, index next must fit the window after the reader's place. */
     /* Refill in batches of a quarter window, so that a reader taking one
@@ -75,6 +92,9 @@ void fb_batch_free(struct fb_batch *b)
             fiber_buf_free(&b->slots[i].data);
         free(b->slots);
     }
+    for (size_t i = 0; b->ins && i < b->ins_cap; i++)
+        free(b->ins[i].data);
+    free(b->ins);
     fiber_buf_free(&b->result);
     if (b->has_shared)
         fb_objects_unpin_ref(&b->shared);
@@ -90,7 +110,8 @@ struct fb_batch *fb_batch_new(struct fiber_pool *p, enum batch_kind kind,
     struct fb_batch *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
-    b->done_bits = calloc((n + 63) / 64 + 1, sizeof *b->done_bits);
+    b->done_words = (n + 63) / 64 + 1;
+    b->done_bits = calloc(b->done_words, sizeof *b->done_bits);
     if (!b->done_bits) {
         free(b);
         return NULL;
@@ -117,7 +138,9 @@ void fb_batch_submit(struct fiber_pool *p, struct fb_batch *b)
         p->all->all_prev = b;
     p->all = b;
     if (b->n == 0) {
-        b->complete = 1;
+        /* A stream joins the queue with its first input (it is on the
+         * queue exactly while it has unsent inputs). */
+        b->complete = !b->stream;
         return;
     }
     if (p->q_tail)
@@ -127,6 +150,64 @@ void fb_batch_submit(struct fiber_pool *p, struct fb_batch *b)
     p->q_tail = b;
     p->queued += b->n;
     p->st.tasks_submitted += b->n;
+}
+
+/* Moves the stream's inputs into a ring twice as large. */
+static int grow_ins(struct fb_batch *b)
+{
+    size_t cap = b->ins_cap ? 2 * b->ins_cap : 64;
+    struct fb_stream_in *ins = calloc(cap, sizeof *ins);
+    if (!ins)
+        return FIBER_ENOMEM;
+    for (size_t i = b->ins_base; i < b->n; i++)
+        ins[i & (cap - 1)] = b->ins[i & (b->ins_cap - 1)];
+    free(b->ins);
+    b->ins = ins;
+    b->ins_cap = cap;
+    return 0;
+}
+
+int fb_batch_stream_put(struct fb_batch *b, const fiber_iov *parts, size_t k)
+{
+    if (b->n - b->ins_base == b->ins_cap && grow_ins(b) != 0)
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    if (b->n / 64 + 1 >= b->done_words) {
+        size_t words = 2 * b->done_words;
+        uint64_t *bits = realloc(b->done_bits, words * sizeof *bits);
+        if (!bits)
+            return fb_err(FIBER_ENOMEM, "out of memory");
+        memset(bits + b->done_words, 0,
+               (words - b->done_words) * sizeof *bits);
+        b->done_bits = bits;
+        b->done_words = words;
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < k; i++)
+        len += parts[i].len;
+    unsigned char *data = NULL;
+    if (len && !(data = malloc(len)))
+        return fb_err(FIBER_ENOMEM, "out of memory");
+    for (size_t i = 0, at = 0; i < k; at += parts[i].len, i++)
+        if (parts[i].len)
+            memcpy(data + at, parts[i].data, parts[i].len);
+    struct fb_stream_in *in = &b->ins[b->n & (b->ins_cap - 1)];
+    in->data = data;
+    in->len = len;
+    b->n++;
+    return 0;
+}
+
+/* A streamed input whose result is in: its copy goes, and the ring's
+ * base moves past the inputs done. */
+static void stream_drop(struct fb_batch *b, size_t index)
+{
+    struct fb_stream_in *in = &b->ins[index & (b->ins_cap - 1)];
+    free(in->data);
+    in->data = NULL;
+    in->len = 0;
+    while (b->ins_base < b->n &&
+           (b->done_bits[b->ins_base / 64] & (1ull << (b->ins_base % 64))))
+        b->ins_base++;
 }
 
 const char *fb_batch_msg(const struct fb_batch *b)
@@ -239,7 +320,9 @@ void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
         len = strlen(data);
     }
     store_result(b, index, code, data, len);
-    if (b->done == b->n) {
+    if (b->stream)
+        stream_drop(b, index);
+    if (b->done == b->n && (!b->stream || b->ended)) {
         b->complete = 1;
         if (b->cb || !b->has_handle) {
             b->cb_pending = 1;

@@ -596,6 +596,37 @@ static const struct fb_future_ops batch_future_ops = {
 
 /* ---- imap ------------------------------------------------------------------ */
 
+/* A new iterator over a batch of n tasks of in_size bytes (a stream: n
+ * 0) holding at most window results, not yet submitted; mu held.  0, or
+ * the error (nothing made). */
+static int new_imap(struct fiber_pool *p, const char *task, size_t n,
+                    size_t in_size, size_t window, size_t chunksize,
+                    int ordered, fiber_imap **it)
+{
+    int rc = can_submit(p, task);
+    if (rc == 0)
+        rc = check_len(p, in_size);
+    struct fb_batch *b = NULL;
+    fiber_imap *m = NULL;
+    if (rc == 0 && (!(b = fb_batch_new(p, B_IMAP, task, n)) ||
+                    !(m = malloc(sizeof *m)) ||
+                    !(b->slots = calloc(window, sizeof *b->slots))))
+        rc = fb_err(FIBER_ENOMEM, "out of memory");
+    if (rc) {
+        fb_batch_free(b);
+        free(m);
+        return rc;
+    }
+    b->window = window;
+    b->chunksize = chunksize;
+    b->ordered = ordered;
+    b->has_handle = 1;
+    m->magic = IMAP_MAGIC;
+    m->b = b;
+    *it = m;
+    return 0;
+}
+
 FIBER_API int fiber_pool_imap(fiber_pool *p, const char *task, const void *in,
                               size_t in_size, size_t n, size_t chunksize,
                               int ordered, fiber_imap **it)
@@ -606,39 +637,139 @@ FIBER_API int fiber_pool_imap(fiber_pool *p, const char *task, const void *in,
     if (!it || (n && in_size && !in))
         return fb_err(FIBER_EINVAL, "imap: it or in is NULL");
     pthread_mutex_lock(&p->mu);
-    rc = can_submit(p, task);
-    if (rc == 0)
-        rc = check_len(p, in_size);
-    struct fb_batch *b = NULL;
-    fiber_imap *m = NULL;
-    if (rc == 0 && (!(b = fb_batch_new(p, B_IMAP, task, n)) ||
-                    !(m = malloc(sizeof *m))))
-        rc = fb_err(FIBER_ENOMEM, "out of memory");
+    size_t window = n < 4096 ? (n ? n : 1) : 4096;
+    rc = new_imap(p, task, n, in_size, window, chunksize, ordered, it);
     if (rc == 0) {
-        b->window = 4096;
-        if (b->window > n)
-            b->window = n ? n : 1;
-        b->slots = calloc(b->window, sizeof *b->slots);
-        if (!b->slots)
-            rc = fb_err(FIBER_ENOMEM, "out of memory");
+        struct fb_batch *b = (*it)->b;
+        b->in = in;
+        b->in_size = in_size;
+        fb_batch_submit(p, b);
+        kick(p);
     }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+FIBER_API int fiber_pool_imap_stream(fiber_pool *p, const char *task,
+                                     size_t chunksize, int ordered,
+                                     size_t window, fiber_imap **it)
+{
+    int rc = check_pool(p);
+    if (rc)
+        return rc;
+    if (!it)
+        return fb_err(FIBER_EINVAL, "imap_stream: it is NULL");
+    if (window > ((size_t)1 << 24))
+        return fb_err(FIBER_EINVAL, "imap_stream: a window of %zu inputs is "
+                      "more than 16,777,216", window);
+    pthread_mutex_lock(&p->mu);
+    rc = new_imap(p, task, 0, 0, window ? window : 4096, chunksize, ordered,
+                  it);
+    if (rc == 0) {
+        (*it)->b->stream = 1;
+        fb_batch_submit(p, (*it)->b); /* queued once it has an input */
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* The stream behind it, or an error naming why it takes no input; with
+ * its pool's mu held on success. */
+static int stream_lock(fiber_imap *it, struct fb_batch **out)
+{
+    if (!it || it->magic != IMAP_MAGIC)
+        return fb_err(FIBER_EINVAL, "not a valid fiber_imap handle");
+    struct fb_batch *b = it->b;
+    if (!b->stream)
+        return fb_err(FIBER_EINVAL, "this iterator was not opened with "
+                      "fiber_pool_imap_stream: its inputs were all given");
+    struct fiber_pool *p = b->pool;
+    if (!p)
+        return fb_err(FIBER_ECLOSED, "the pool is gone");
+    pthread_mutex_lock(&p->mu);
+    int rc = 0;
+    if (p->terminated || b->cut)
+        rc = fb_err(FIBER_ECLOSED, "the pool was terminated");
+    else if (p->broken[0])
+        rc = fb_err(FIBER_ESPAWN, "%s", p->broken);
+    else if (b->ended)
+        rc = fb_err(FIBER_ESTATE, "fiber_imap_end was called: the iterator "
+                    "takes no more inputs");
     if (rc) {
-        fb_batch_free(b);
-        free(m);
         pthread_mutex_unlock(&p->mu);
         return rc;
     }
-    b->in = in;
-    b->in_size = in_size;
-    b->chunksize = chunksize;
-    b->ordered = ordered;
-    b->has_handle = 1;
-    m->magic = IMAP_MAGIC;
-    m->b = b;
-    fb_batch_submit(p, b);
-    kick(p);
+    *out = b;
+    return 0;
+}
+
+FIBER_API int fiber_imap_put_gather(fiber_imap *it, const fiber_iov *parts,
+                                    const size_t *first, size_t n,
+                                    size_t *accepted)
+{
+    if (accepted)
+        *accepted = 0;
+    if (!first || (n && first[n] && !parts))
+        return fb_err(FIBER_EINVAL, "imap_put: first or parts is NULL");
+    if (first[0] != 0)
+        return fb_err(FIBER_EINVAL, "imap_put: first[0] is %zu, not 0",
+                      first[0]);
+    struct fb_batch *b;
+    int rc = stream_lock(it, &b);
+    if (rc)
+        return rc;
+    struct fiber_pool *p = b->pool;
+    size_t room = b->window - (b->n - b->taken), put = 0;
+    if (n > 0 && room == 0)
+        rc = fb_err(FIBER_EAGAIN, "the iterator holds %zu inputs whose "
+                    "results were not taken (its window): take one first",
+                    b->window);
+    for (size_t i = 0; rc == 0 && i < n && put < room; i++) {
+        rc = check_parts(p, parts, first, i);
+        if (rc == 0)
+            rc = fb_batch_stream_put(b, parts + first[i],
+                                     first[i + 1] - first[i]);
+        if (rc == 0)
+            put++;
+    }
+    if (put) {
+        if (b->next + put == b->n) {
+            /* It had nothing unsent, so it was off the queue. */
+            if (p->q_tail)
+                p->q_tail->q_next = b;
+            else
+                p->q_head = b;
+            p->q_tail = b;
+        }
+        p->queued += put;
+        p->st.tasks_submitted += put;
+        kick(p);
+    }
     pthread_mutex_unlock(&p->mu);
-    *it = m;
+    if (accepted)
+        *accepted = put;
+    return put ? 0 : rc;
+}
+
+FIBER_API int fiber_imap_put(fiber_imap *it, const void *data, size_t len)
+{
+    fiber_iov one = {data, len};
+    size_t first[2] = {0, 1};
+    return fiber_imap_put_gather(it, &one, first, 1, NULL);
+}
+
+FIBER_API int fiber_imap_end(fiber_imap *it)
+{
+    struct fb_batch *b;
+    int rc = stream_lock(it, &b);
+    if (rc)
+        return rc == FIBER_ESTATE ? 0 : rc; /* ending twice is no error */
+    struct fiber_pool *p = b->pool;
+    b->ended = 1;
+    if (b->done == b->n)
+        b->complete = 1;
+    fb_pool_wake(p);
+    pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
@@ -658,6 +789,7 @@ static struct fb_imap_slot *imap_ready_slot(struct fb_batch *b)
 static int imap_has_next(void *arg)
 {
     struct fb_batch *b = arg;
+    /* A stream with nothing outstanding answers at once (see next). */
     return b->taken == b->n || b->cut || imap_ready_slot(b) != NULL;
 }
 
@@ -683,6 +815,9 @@ FIBER_API int fiber_imap_next(fiber_imap *it, size_t *index, fiber_buf *out,
                     "the pool was closed or terminated after %zu of %zu "
                     "results",
                     b->taken, b->n);
+    } else if (!s && b->stream && !b->ended) {
+        rc = fb_err(FIBER_ESTATE, "every result put so far (%zu) was "
+                    "taken: put more inputs, or end the iterator", b->n);
     } else if (!s) {
         rc = fb_err(FIBER_ECLOSED, "all %zu results were taken", b->n);
     } else {
@@ -726,8 +861,8 @@ FIBER_API void fiber_imap_free(fiber_imap *it)
         }
         b->n = b->next;
     }
-    b->ordered = 0;
-    b->window = b->window; /* results keep landing in free slots */
+    b->ordered = 0;   /* results keep landing in free slots */
+    b->ended = 1;
     b->has_handle = 0;
     for (size_t i = 0; i < b->window; i++)
         b->slots[i].ready = 0;

@@ -24,6 +24,13 @@
 
 enum batch_kind { B_APPLY, B_MAP, B_BUFS, B_IMAP };
 
+/* One input of a streamed imap (fiber_pool_imap_stream): an owned copy,
+ * held from fiber_imap_put until its result is in. */
+struct fb_stream_in {
+    unsigned char *data;
+    size_t len;
+};
+
 struct fb_imap_slot {
     int ready;
     int rc;
@@ -68,6 +75,14 @@ struct fb_batch {
     size_t window, taken, ready_count;
     int ordered;
     int cut; /* imap: the pool stopped before every result came */
+
+    /* A streamed imap: n grows with each fiber_imap_put; input i lives in
+     * ins[i & (ins_cap - 1)] for i in [ins_base, n) until it is done. */
+    int stream;
+    int ended;          /* fiber_imap_end: no more inputs */
+    struct fb_stream_in *ins;
+    size_t ins_cap, ins_base;
+    size_t done_words;  /* words allocated in done_bits */
 
     int has_shared;    /* fiber_pool_shared was in force: pinned */
     fiber_ref shared;
@@ -304,6 +319,10 @@ void fb_batch_finish(struct fiber_pool *p, struct fb_batch *b, size_t index,
 size_t fb_batch_parts(const struct fb_batch *b, size_t i, fiber_iov *one,
                       const fiber_iov **parts);
 int fb_batch_can_send(const struct fb_batch *b);
+/* A streamed imap's next input: parts[0..k) copied back to back as task
+ * b->n, which n then counts.  0 or FIBER_ENOMEM (nothing changed).  mu
+ * held. */
+int fb_batch_stream_put(struct fb_batch *b, const fiber_iov *parts, size_t k);
 void fb_batch_free(struct fb_batch *b);
 /* The failure message, "" if none. */
 const char *fb_batch_msg(const struct fb_batch *b);

@@ -465,8 +465,9 @@ static size_t chunk_size(const struct fiber_pool *p, const struct fb_batch *b,
     }
     if (c > remaining)
         c = remaining;
-    if (b->kind == B_IMAP) {
-        /* Never past the end of the iterator's window. */
+    if (b->kind == B_IMAP && !b->stream) {
+        /* Never past the end of the iterator's window (a stream's is
+         * kept by fiber_imap_put). */
         size_t room_in_window = b->ordered ? b->taken + b->window - b->next
                                            : b->window - (b->next - b->taken);
         if (c > room_in_window)

@@ -432,6 +432,229 @@ TEST(map_gather_sends_each_tasks_parts_back_to_back)
     fiber_pool_free(p);
 }
 
+/* ---- streamed imap ---------------------------------------------------- */
+
+/* A stream takes inputs of any size as they come, holds at most its
+ * window of results not yet taken, returns them in order, and says what
+ * is wrong with each misuse. */
+TEST(imap_stream_ordered_variable_inputs_within_its_window)
+{
+    enum { N = 400, W = 16 };
+    fiber_pool *p = make_pool(2);
+    size_t big_len = 300000;
+    unsigned char *big = malloc(big_len);
+    for (size_t i = 0; i < big_len; i++)
+        big[i] = (unsigned char)(i * 13);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap_stream(p, "echo", 0, 1, W, &it));
+    size_t idx, put = 0, taken = 0;
+    fiber_buf b = {0};
+    /* Nothing put yet: next says so at once instead of waiting. */
+    CHECK_ERR(fiber_imap_next(it, &idx, &b, 5000), FIBER_ESTATE);
+    while (taken < N) {
+        /* Put until the window is full; it refuses the one beyond. */
+        while (put < N) {
+            size_t len = put % 5 == 0 ? big_len - put : put;
+            int rc = fiber_imap_put(it, big + put, len);
+            if (rc == FIBER_EAGAIN) {
+                CHECK_EQ(put - taken, W);
+                CHECK(strstr(fiber_last_error(), "window") != NULL);
+                break;
+            }
+            CHECK_OK(rc);
+            put++;
+        }
+        /* Take a few, each in order and byte for byte. */
+        for (int k = 0; k < 5 && taken < put; k++, taken++) {
+            b.len = 0;
+            CHECK_OK(fiber_imap_next(it, &idx, &b, 30000));
+            CHECK_EQ(idx, taken);
+            size_t len = taken % 5 == 0 ? big_len - taken : taken;
+            CHECK_EQ(b.len, len);
+            CHECK(len == 0 || memcmp(b.data, big + taken, len) == 0);
+        }
+    }
+    CHECK_ERR(fiber_imap_next(it, &idx, &b, 5000), FIBER_ESTATE);
+    CHECK(strstr(fiber_last_error(), "put more") != NULL);
+    CHECK_OK(fiber_imap_end(it));
+    CHECK_OK(fiber_imap_end(it)); /* twice is no error */
+    CHECK_ERR(fiber_imap_next(it, &idx, &b, 5000), FIBER_ECLOSED);
+    CHECK_ERR(fiber_imap_put(it, "x", 1), FIBER_ESTATE);
+    CHECK(strstr(fiber_last_error(), "fiber_imap_end") != NULL);
+    fiber_imap_free(it);
+
+    /* Misuse: a fixed imap takes no input, an input over half of
+     * max_message_bytes is refused, a malformed gather is named. */
+    int64_t *in = iota(4);
+    CHECK_OK(fiber_pool_imap(p, "square", in, 8, 4, 0, 1, &it));
+    CHECK_ERR(fiber_imap_put(it, "x", 1), FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "fiber_pool_imap_stream") != NULL);
+    fiber_imap_free(it);
+    CHECK_OK(fiber_pool_imap_stream(p, "echo", 0, 0, 0, &it));
+    CHECK_ERR(fiber_imap_put(it, big, (size_t)1 << 30), FIBER_ETOOBIG);
+    size_t bad_first[2] = {1, 1};
+    fiber_iov one = {big, 1};
+    CHECK_ERR(fiber_imap_put_gather(it, &one, bad_first, 1, NULL),
+              FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "first[0]") != NULL);
+    fiber_imap_free(it);
+    CHECK_ERR(fiber_pool_imap_stream(p, "no_such_task", 0, 0, 0, &it),
+              FIBER_ENOTASK);
+    CHECK_ERR(fiber_pool_imap_stream(p, "echo", 0, 0, (size_t)1 << 30, &it),
+              FIBER_EINVAL);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    CHECK_EQ(st.tasks_queued, 0); /* nothing refused was counted */
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(in);
+    free(big);
+}
+
+/* The pool chooses how many streamed inputs travel together (chunksize
+ * 0): many tiny tasks go in far fewer messages than tasks.  Gathered
+ * puts take as many as the window has room for. */
+TEST(imap_stream_lets_the_pool_choose_chunks)
+{
+    enum { N = 50000, W = 2048 };
+    fiber_pool *p = make_pool(2);
+    CHECK_OK(fiber_pool_apply(p, "square", &(int64_t){1}, 8, NULL));
+    pthread_mutex_lock(&p->mu);
+    uint64_t chunks_before = p->chunk_seq;
+    pthread_mutex_unlock(&p->mu);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap_stream(p, "square", 0, 0, W, &it));
+    int64_t vals[64];
+    fiber_iov parts[64];
+    size_t first[65];
+    unsigned char *seen = calloc(N, 1);
+    size_t put = 0, taken = 0, idx;
+    fiber_buf b = {0};
+    while (taken < N) {
+        while (put < N) {
+            size_t n = N - put < 64 ? N - put : 64, accepted = 0;
+            for (size_t i = 0; i < n; i++) {
+                vals[i] = (int64_t)(put + i);
+                parts[i] = (fiber_iov){&vals[i], 8};
+                first[i] = i;
+            }
+            first[n] = n;
+            int rc = fiber_imap_put_gather(it, parts, first, n, &accepted);
+            if (rc == FIBER_EAGAIN) {
+                CHECK_EQ(accepted, 0);
+                break;
+            }
+            CHECK_OK(rc);
+            CHECK(accepted >= 1 && accepted <= n);
+            put += accepted;
+            CHECK(put - taken <= W);
+            if (accepted < n)
+                break; /* the window is full */
+        }
+        if (put == N)
+            CHECK_OK(fiber_imap_end(it));
+        b.len = 0;
+        CHECK_OK(fiber_imap_next(it, &idx, &b, 30000));
+        CHECK(idx < put);
+        CHECK_EQ(seen[idx], 0);
+        seen[idx] = 1;
+        CHECK_EQ(buf_i64(&b), (int64_t)(idx * idx));
+        taken++;
+    }
+    CHECK_ERR(fiber_imap_next(it, &idx, &b, 5000), FIBER_ECLOSED);
+    pthread_mutex_lock(&p->mu);
+    uint64_t chunks = p->chunk_seq - chunks_before;
+    pthread_mutex_unlock(&p->mu);
+    fprintf(stderr, "%d streamed tasks in %llu chunks\n", N,
+            (unsigned long long)chunks);
+    /* One task a message (a put per taken result, each sent at once) was
+     * 47,000 chunks; 3,500-13,000 on a busy 2-core machine. */
+    CHECK(chunks < N / 2);
+    fiber_imap_free(it);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(seen);
+}
+
+/* Unordered: a slow input holds one place of the window, not the
+ * stream: inputs put after it keep flowing and come back first. */
+TEST(imap_stream_unordered_flows_past_a_slow_input)
+{
+    enum { N = 41, W = 8 };
+    fiber_pool *p = make_pool(2);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap_stream(p, "sleep_then_echo", 1, 0, W, &it));
+    int64_t ms[N];
+    ms[0] = 1500;
+    for (int i = 1; i < N; i++)
+        ms[i] = 1;
+    size_t put = 0, taken = 0, idx, before_slow = 0;
+    int slow_seen = 0;
+    fiber_buf b = {0};
+    while (taken < N) {
+        while (put < N && fiber_imap_put(it, &ms[put], 8) == 0)
+            put++;
+        b.len = 0;
+        CHECK_OK(fiber_imap_next(it, &idx, &b, 30000));
+        taken++;
+        if (idx == 0)
+            slow_seen = 1;
+        else if (!slow_seen)
+            before_slow++;
+    }
+    fprintf(stderr, "%zu of %d fast inputs came before the slow one\n",
+            before_slow, N - 1);
+    CHECK(before_slow >= 2 * W); /* more than one window's worth */
+    fiber_imap_free(it);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+}
+
+/* Streamed inputs survive workers killed under them: each result comes
+ * exactly once and right (its input is held until its result is in). */
+TEST(imap_stream_survives_killed_workers)
+{
+    enum { N = 100000, W = 512 };
+    fiber_pool *p = make_pool(3);
+    struct killer k = {.pool = p};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, kill_workers, &k), 0);
+    fiber_imap *it;
+    CHECK_OK(fiber_pool_imap_stream(p, "busy_triple", 0, 0, W, &it));
+    unsigned char *seen = calloc(N, 1);
+    size_t put = 0, taken = 0, idx;
+    fiber_buf b = {0};
+    while (taken < N) {
+        while (put < N) {
+            int64_t v = (int64_t)put;
+            if (fiber_imap_put(it, &v, 8) != 0)
+                break;
+            put++;
+        }
+        b.len = 0;
+        int rc = fiber_imap_next(it, &idx, &b, 60000);
+        if (rc)
+            TH_FAIL("next: %d %s after %zu results", rc, fiber_last_error(),
+                    taken);
+        CHECK(idx < N && !seen[idx]);
+        seen[idx] = 1;
+        CHECK_EQ(buf_i64(&b), (int64_t)(3 * idx));
+        taken++;
+    }
+    k.stop = 1;
+    pthread_join(t, NULL);
+    fiber_pool_stats st;
+    CHECK_OK(fiber_pool_stats_get(p, &st));
+    fprintf(stderr, "%d kills, %llu tasks retried\n", k.kills,
+            (unsigned long long)st.tasks_retried);
+    CHECK(k.kills >= 5);
+    CHECK_EQ(st.tasks_done, N); /* exactly once */
+    fiber_imap_free(it);
+    fiber_buf_free(&b);
+    fiber_pool_free(p);
+    free(seen);
+}
+
 TEST(large_arguments_and_results)
 {
     fiber_pool *p = make_pool(1);
