@@ -18,7 +18,11 @@ Figures (2-core machine):
   apply_async of a task sleeping 1 ms (10 ms) that returns the sleep it
   measured; overhead per round = (elapsed - floor) / rounds, the floor
   being the sum of each round's longest measured sleep.
-- apply_rtt_median_us: one worker, apply() of a no-op, median.
+- apply_rtt_median_us: one worker, apply() of a no-op, median of n after
+  as many untimed ones.  The steady state: on the 2-core VM the first
+  thousands of round trips after a pool starts are slower for every peer
+  (fiber 22-26 us then 14-19 us, multiprocessing 190-210 us then 160-185
+  us, 2026-12-05).
 - map_c1_tasks_per_s, map_auto_tasks_per_s: no-op tasks through map with
   2 workers, chunksize 1 and automatic.
 - imap_c1_tasks_per_s, imap_unordered_c1_tasks_per_s, imap_c100_tasks_per_s:
@@ -88,6 +92,8 @@ def overhead(mod, t, rounds):
 def apply_rtt(mod, n):
     with _pool(mod, 1) as pool:
         warm_up(pool, 1)
+        for _ in range(n):
+            pool.apply(T.noop, (0,))
         samples = []
         for _ in range(n):
             t = time.perf_counter()

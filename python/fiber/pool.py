@@ -392,11 +392,11 @@ class Pool:
         if chunksize > 1:
             payloads = [p for _, p in self._chunks(func, iterable, chunksize,
                                                    star, True)]
-            fut = self._pool.map_async(payloads, 1)
+            fut = self._pool.map_async(payloads, 0)
             res = ChunkedMapResult(self, fut, callback, error_callback)
         else:
             payloads = self._payloads(func, iterable, star)
-            fut = self._pool.map_async(payloads, 1)
+            fut = self._pool.map_async(payloads, 0)
             res = MapResult(self, fut, callback, error_callback)
         res._shared_ref = ref   # before the callback thread completes it
         if res._event is not None:
