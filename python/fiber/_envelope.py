@@ -19,6 +19,7 @@ into the pickle and again into the message.
 """
 import pickle
 import struct
+import types
 
 _TASK = struct.Struct("<4sBBHIII")
 _ANSWER = struct.Struct("<4sBBHII")
@@ -75,11 +76,26 @@ class PicklingError(pickle.PicklingError):
     """An argument, a result or a callable that cannot be pickled."""
 
 
+# Plain functions pickled by reference (a module and a name, nothing that
+# can change) are pickled once: a pool sends the same one again and again.
+_BY_REFERENCE = (types.FunctionType, types.BuiltinFunctionType)
+_func_bytes = {}
+_FUNC_BYTES_MAX = 256
+
+
 def dumps_callable(func):
     """Pickles func by reference, or by value with cloudpickle when it has no
     importable name (a lambda, a closure, a function defined in another)."""
+    fb = _func_bytes.get(func) if type(func) in _BY_REFERENCE else None
+    if fb is not None:
+        return fb
     try:
-        return pickle.dumps(func, protocol=5)
+        fb = pickle.dumps(func, protocol=5)
+        if type(func) in _BY_REFERENCE:
+            if len(_func_bytes) >= _FUNC_BYTES_MAX:
+                _func_bytes.clear()
+            _func_bytes[func] = fb
+        return fb
     except (pickle.PicklingError, AttributeError, TypeError) as e:
         first = e
     except RuntimeError as e:
