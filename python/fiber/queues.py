@@ -12,8 +12,10 @@ every put is answered, so put blocks while the queue is full
 (docs/python.md, "Queues").
 """
 import errno
+import os
 import pickle
 import queue as _stdqueue
+import weakref
 
 from . import _fiber, _runtime
 
@@ -50,6 +52,27 @@ class Queue:
         self._pipelined = not self._maxsize
         self._closed = False
         _runtime.used = True
+        self._bind_fast_paths()
+
+    def _bind_fast_paths(self):
+        """Binds the extension's put_mp and get_mp as this queue's put and
+        get (multiprocessing's arguments, queue.Full and queue.Empty), so
+        that a message costs no frame of Python code; not on a subclass
+        that overrides them.  close() and a fork unbind them, and then the
+        methods below say why the queue is unusable."""
+        if _runtime.forked_from is not None:
+            return
+        self._q.mp_mode(self._pipelined)
+        cls = type(self)
+        if cls.put is Queue.put:
+            self.put = self._q.put_mp
+        if cls.get is Queue.get:
+            self.get = self._q.get_mp
+        _bound.add(self)
+
+    def _unbind_fast_paths(self):
+        self.__dict__.pop("put", None)
+        self.__dict__.pop("get", None)
 
     def _usable(self, what):
         if _runtime.forked_from is not None:
@@ -104,6 +127,7 @@ class Queue:
         """As multiprocessing's: this process puts no more (the queue stays
         usable by the others).  Its puts already made still arrive."""
         self._closed = True
+        self._unbind_fast_paths()
 
     def join_thread(self):
         """As multiprocessing's, after close(): waits until this process's
@@ -124,6 +148,20 @@ class Queue:
     def __reduce__(self):
         return (_rebuild_queue, (type(self), self._q.serialize(),
                                  self._maxsize))
+
+
+# The queues whose put and get are the extension's (weakly held): a forked
+# child unbinds them, so that its Python methods refuse with the reason.
+_bound = weakref.WeakSet()
+
+
+def _unbind_after_fork():
+    for q in list(_bound):
+        q._unbind_fast_paths()
+    _bound.clear()
+
+
+os.register_at_fork(after_in_child=_unbind_after_fork)
 
 
 def _rebuild_queue(cls, ser, maxsize):
