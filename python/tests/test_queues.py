@@ -35,6 +35,77 @@ def test_queue_put_get_and_sizes():
         q.put(1)
 
 
+def test_put_and_get_in_c_take_multiprocessing_arguments():
+    # An unbounded queue's put and get are the extension's (put_mp,
+    # get_mp): the same arguments and errors as multiprocessing's.
+    q = fiber.Queue()
+    assert "put_mp" in repr(q.put) and "get_mp" in repr(q.get)
+    q.put(1, True, None)
+    q.put(2, block=False)
+    q.put(obj=3, timeout=5)
+    assert [q.get(), q.get(True, 1), q.get(timeout=1.5)] == [1, 2, 3]
+    with pytest.raises(queue.Empty):
+        q.get(False)
+    with pytest.raises(queue.Empty):
+        q.get(block=True, timeout=0)
+    with pytest.raises(ValueError, match="non-negative"):
+        q.get(timeout=-1)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        q.put(1, blok=False)
+    with pytest.raises(TypeError, match="multiple values"):
+        q.put(1, True, block=True)
+    with pytest.raises(TypeError, match="at most"):
+        q.get(True, 1, 2)
+    with pytest.raises(TypeError, match="missing"):
+        q.put(block=True)
+    with pytest.raises(TypeError):
+        q.get(timeout="soon")
+    q.close()
+    with pytest.raises(ValueError, match="closed"):
+        q.put(1)
+    with pytest.raises(ValueError, match="closed"):
+        q.get()
+
+
+class _CountingQueue(fiber.Queue):
+    def __init__(self):
+        super().__init__()
+        self.puts = 0
+
+    def put(self, obj, block=True, timeout=None):
+        self.puts += 1
+        super().put(obj, block, timeout)
+
+
+def test_a_subclass_that_overrides_put_keeps_its_own():
+    q = _CountingQueue()
+    q.put("a")
+    q.put("b", timeout=1)
+    assert q.puts == 2
+    assert [q.get(timeout=5), q.get(timeout=5)] == ["a", "b"]
+
+
+def test_a_forked_child_cannot_use_an_inherited_queue():
+    q = fiber.Queue()
+    q.put(1)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            q.put(2)
+            msg = b"no error"
+        except RuntimeError as e:
+            msg = str(e).encode()[:200]
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert b"forked from process" in said, said
+    assert q.get(timeout=5) == 1
+
+
 def test_queue_passes_to_processes_and_pool_tasks():
     q = fiber.Queue()
     ps = [fiber.Process(target=helpers.put_to, args=(q, i)) for i in range(4)]
