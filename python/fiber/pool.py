@@ -592,7 +592,12 @@ class IMapIterator:
             self._exhausted = True
         finally:
             if batch:
-                self._put += self._stream.put(batch)
+                took = self._stream.put(batch)
+                self._put += took
+                if took != len(batch):   # the two counts of the window differ
+                    raise RuntimeError("fiber: the pool took %d of %d inputs "
+                                       "that fit its window" % (took,
+                                                               len(batch)))
         if self._exhausted:
             self._stream.end()
 

@@ -955,7 +955,26 @@ static PyObject *queue_serialize(FbpQueue *self, PyObject *unused)
     return res;
 }
 
+/* pickle: a handle travels as what it serializes to and is opened again
+ * there, so that a fiber.Queue's bound put or get (put_mp and get_mp of
+ * this handle: Process(target=q.put)) pickles, as multiprocessing's
+ * bound methods do.  The handle opened there answers each put (it does
+ * not know whether the queue is bounded). */
+static PyObject *queue_reduce(FbpQueue *self, PyObject *unused)
+{
+    PyObject *ser = queue_serialize(self, unused);
+    if (!ser)
+        return NULL;
+    PyObject *open = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "open");
+    if (!open) {
+        Py_DECREF(ser);
+        return NULL;
+    }
+    return Py_BuildValue("(N(N))", open, ser);
+}
+
 static PyMethodDef queue_methods[] = {
+    {"__reduce__", (PyCFunction)queue_reduce, METH_NOARGS, NULL},
     {"create", (PyCFunction)queue_create, METH_VARARGS | METH_CLASS, NULL},
     {"open", (PyCFunction)queue_open, METH_VARARGS | METH_CLASS, NULL},
     {"put", (PyCFunction)queue_put, METH_VARARGS, NULL},

@@ -67,6 +67,29 @@ def test_put_and_get_in_c_take_multiprocessing_arguments():
         q.get()
 
 
+def test_a_queues_bound_put_and_get_pickle():
+    # Process(target=q.put, ...) pickles the bound method, as
+    # multiprocessing's does; put and get are the extension's here.
+    q = fiber.Queue()
+    put = pickle.loads(pickle.dumps(q.put))
+    get = pickle.loads(pickle.dumps(q.get))
+    put("via a pickled put")
+    assert q.get(timeout=5) == "via a pickled put"
+    q.put(7)
+    assert get(timeout=5) == 7
+    with pytest.raises(queue.Empty):
+        get(timeout=0.01)
+
+
+def test_a_process_whose_target_is_a_queues_put():
+    q = fiber.Queue()
+    p = fiber.Process(target=q.put, args=("from a job",))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert q.get(timeout=30) == "from a job"
+
+
 class _CountingQueue(fiber.Queue):
     def __init__(self):
         super().__init__()
