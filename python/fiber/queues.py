@@ -5,9 +5,9 @@ work between any processes of a run, on any backend).
 They pickle: pass one to a Process or a pool task in its arguments and use
 it there.  Only the master creates them.
 
-Queue.put and get pickle in the extension (_fiber.Queue.put_object and
-get_object, python/src/queue.c): on an unbounded queue put gathers its
-messages there and hands them to the C queue in batches; on a bounded one
+Queue.put and get are the extension's (_fiber.Queue.put_mp and get_mp,
+python/src/queue.c), which pickle there: on an unbounded queue put gathers
+its messages and hands them to the C queue in batches; on a bounded one
 every put is answered, so put blocks while the queue is full
 (docs/python.md, "Queues").
 """
@@ -81,27 +81,15 @@ class Queue:
             raise ValueError("Queue %r is closed" % self)
         return self._q
 
+    # The queue's put and get are the extension's (put_mp, get_mp), bound
+    # to the instance by _bind_fast_paths; these methods are what a
+    # subclass's override calls (super().put), and what runs once close()
+    # or a fork unbound them: they refuse with the reason.
     def put(self, obj, block=True, timeout=None):
-        if self._closed or _runtime.forked_from is not None:
-            self._usable("put")
-        ms = -1 if block and timeout is None else _ms(block, timeout)
-        try:
-            self._q.put_object(obj, ms, self._pipelined)
-        except _fiber.FiberError as e:
-            if getattr(e, "code", None) in _WOULD_WAIT:
-                raise _stdqueue.Full from None
-            raise
+        self._usable("put").put_mp(obj, block, timeout)
 
     def get(self, block=True, timeout=None):
-        if self._closed or _runtime.forked_from is not None:
-            self._usable("get")
-        ms = -1 if block and timeout is None else _ms(block, timeout)
-        try:
-            return self._q.get_object(ms)
-        except _fiber.FiberError as e:
-            if getattr(e, "code", None) in _WOULD_WAIT:
-                raise _stdqueue.Empty from None
-            raise
+        return self._usable("get").get_mp(block, timeout)
 
     def put_nowait(self, obj):
         return self.put(obj, False)

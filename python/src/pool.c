@@ -406,21 +406,12 @@ static PyObject *pool_imap_stream(FbpPool *self, PyObject *args)
     return (PyObject *)m;
 }
 
-static int check_imap(FbpIMap *m)
-{
-    if (!m->it) {
-        PyErr_SetString(PyExc_ValueError, "the iterator is closed");
-        return -1;
-    }
-    return 0;
-}
-
 /* put(payloads) -> how many were taken (as many as the window has room
  * for; 0 when it is full).  Each payload is copied before put returns. */
 static PyObject *imap_put(FbpIMap *m, PyObject *args)
 {
     PyObject *list;
-    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list) || check_imap(m))
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(list);
     struct gather g = {0};
@@ -447,8 +438,6 @@ static PyObject *imap_put(FbpIMap *m, PyObject *args)
 static PyObject *imap_end(FbpIMap *m, PyObject *unused)
 {
     (void)unused;
-    if (check_imap(m))
-        return NULL;
     int rc;
     char msg[1024] = "";
     FBP_CALL(rc, msg, fiber_imap_end(m->it));
@@ -478,7 +467,7 @@ static int next_step(void *ctx, int slice_ms)
 static PyObject *imap_next(FbpIMap *m, PyObject *args)
 {
     int timeout_ms = -1;
-    if (!PyArg_ParseTuple(args, "|i", &timeout_ms) || check_imap(m))
+    if (!PyArg_ParseTuple(args, "|i", &timeout_ms))
         return NULL;
     fiber_buf out = {0};
     struct next_ctx c = {m->it, 0, &out};
@@ -498,17 +487,6 @@ static PyObject *imap_next(FbpIMap *m, PyObject *args)
     return res;
 }
 
-static PyObject *imap_close(FbpIMap *m, PyObject *unused)
-{
-    (void)unused;
-    if (m->it) {
-        fiber_imap *it = m->it;
-        m->it = NULL;
-        FB_NOGIL(fiber_imap_free(it));
-    }
-    Py_RETURN_NONE;
-}
-
 static void imap_dealloc(FbpIMap *m)
 {
     if (m->it) {
@@ -524,7 +502,6 @@ static PyMethodDef imap_methods[] = {
     {"put", (PyCFunction)imap_put, METH_VARARGS, NULL},
     {"end", (PyCFunction)imap_end, METH_NOARGS, NULL},
     {"next", (PyCFunction)imap_next, METH_VARARGS, NULL},
-    {"close", (PyCFunction)imap_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,9 +2,9 @@
  * queue.c -- _fiber.Queue over fiber_queue and _fiber.Pipe over
  * fiber_pipe.
  *
- * Queue.put_object and Queue.get_object (what fiber.Queue's put and get
- * call) pickle and unpickle here, one call a message; on an unbounded
- * queue, put_object gathers pipelined puts in the handle's send buffer
+ * Queue.put_mp and Queue.get_mp (fiber.Queue's put and get) pickle and
+ * unpickle here, one call a message; on an unbounded queue, put_mp
+ * gathers pipelined puts in the handle's send buffer
  * and hands them to the C queue in batches ("the send buffer" below
  * says when).  put, get and Pipe's send and recv move byte messages
  * that the Python side pickled.
@@ -49,7 +49,7 @@ struct FbpQueue {
     fiber_queue *q;
     int shared; /* serialize() was called: copies may live elsewhere */
     int mp_pipelined; /* put_mp pipelines (fiber.Queue: unbounded) */
-    /* The send buffer: pickled messages of pipelined puts (put_object on
+    /* The send buffer: pickled messages of pipelined puts (put_mp on
      * an unbounded queue) not yet handed to the C queue, back to back in
      * pending, their lengths in lens.  Under mu, which is taken with the
      * GIL held or without it, but never held while waiting for the GIL. */
@@ -66,7 +66,7 @@ struct FbpQueue {
     size_t *send_lens;
     size_t n_sending;   /* read by settle without a lock */
     fiber_iov *iov;     /* room for BATCH_MAX, built at each hand-over */
-    fiber_buf rbuf; /* get_object's, for a prefetched message; GIL held */
+    fiber_buf rbuf; /* get_mp's, for a prefetched message; GIL held */
     uint64_t first_ns;    /* when the first of them was gathered */
     uint64_t last_put_ns;
     int err;         /* a hand-over by the flusher failed: the next call */
@@ -139,7 +139,7 @@ static PyObject *status(int rc, const char *msg)
 #define HOLD_NS 100000         /* a batch older than this goes */
 #define BATCH_MAX 256          /* messages in one hand-over */
 #define BATCH_BYTES (64u << 10)
-#define RBUF_KEEP (1u << 20) /* get_object keeps a buffer up to this */
+#define RBUF_KEEP (1u << 20) /* get_mp keeps a buffer up to this */
 
 static pthread_mutex_t flusher_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t flusher_cond = PTHREAD_COND_INITIALIZER;
@@ -636,27 +636,19 @@ static PyObject *queue_get(FbpQueue *self, PyObject *args)
     return rc ? status(rc, msg) : get_common(self->q, NULL, args);
 }
 
-/* ---- objects: pickled here, one C call a message ------------------------ */
+/* ---- objects: multiprocessing's put and get, in C --------------------------
+ *
+ * fiber.Queue binds put_mp and get_mp as its instance's put and get (on a
+ * Queue whose class does not override them), so that a message costs one
+ * C call and no frame of Python code (0.2 us of a put's 0.66 us went to a
+ * Python wrapper); its Python put and get check that the queue is usable
+ * and call them.  They take multiprocessing's arguments, pickle here and
+ * raise queue.Full and queue.Empty. */
 
-/* pickle.dumps, pickle.loads and the protocol number 5, set by
- * fbp_queue_init: put_object and get_object pickle in C, without a frame
- * of Python code a message. */
+/* pickle.dumps, pickle.loads, the protocol number 5, queue.Full and
+ * queue.Empty, set by fbp_queue_init. */
 static PyObject *pickle_dumps, *pickle_loads, *protocol_5;
-
-/* A timeout in ms from a Python int (-1 forever); -2 with an exception
- * set when it is not one. */
-static int timeout_arg(PyObject *o)
-{
-    long ms = PyLong_AsLong(o);
-    if (ms == -1 && PyErr_Occurred())
-        return -2;
-    if (ms < -1 || ms > INT_MAX) {
-        PyErr_Format(PyExc_ValueError, "timeout_ms must be -1..%d, not %ld",
-                     INT_MAX, ms);
-        return -2;
-    }
-    return (int)ms;
-}
+static PyObject *std_full, *std_empty;
 
 /* Puts the pickle data: with timeout_ms < 0 and pipelined, gathered in
  * the send buffer (above); otherwise, after what was gathered, as one
@@ -674,18 +666,12 @@ static int put_bytes(FbpQueue *self, PyObject *data, int timeout_ms,
     return fbp_wait_sliced(put_step, &c, timeout_ms, msg, msg_size);
 }
 
-/* put_object(obj, timeout_ms, pipelined): pickles obj (protocol 5; a
- * pickling error is raised here, by the put that caused it) and puts it.
- * pipelined (true only for an unbounded queue, where a put never waits
- * for room) lets a put without a timeout return before the server has
- * the message; on a bounded queue every put is answered, so that put
- * blocks while the queue is full, as multiprocessing's does. */
-/* The result of a put or get: None (put), or the exception for rc; a
- * put that would wait longer than it may raises would_wait (queue.Full
- * or queue.Empty for put_mp and get_mp) when it is not NULL. */
+/* The result of a put or get: None (put), or the exception for rc; one
+ * that would wait longer than it may raises would_wait (queue.Full or
+ * queue.Empty). */
 static PyObject *result(int rc, const char *msg, PyObject *would_wait)
 {
-    if (would_wait && (rc == FIBER_EAGAIN || rc == FIBER_ETIMEDOUT)) {
+    if (rc == FIBER_EAGAIN || rc == FIBER_ETIMEDOUT) {
         PyErr_SetNone(would_wait);
         return NULL;
     }
@@ -693,9 +679,10 @@ static PyObject *result(int rc, const char *msg, PyObject *would_wait)
 }
 
 /* Pickles obj (protocol 5; a pickling error is raised here, by the put
- * that caused it) and puts it. */
-static PyObject *put_obj(FbpQueue *self, PyObject *obj, int timeout_ms,
-                         int pipelined, PyObject *would_wait)
+ * that caused it) and puts it: pipelined on an unbounded queue (mp_mode)
+ * when it may wait for ever, else answered, so that a put on a bounded
+ * queue blocks while it is full, as multiprocessing's does. */
+static PyObject *put_obj(FbpQueue *self, PyObject *obj, int timeout_ms)
 {
     PyObject *call[2] = {obj, protocol_5};
     PyObject *data = PyObject_Vectorcall(pickle_dumps, call, 2, NULL);
@@ -703,35 +690,18 @@ static PyObject *put_obj(FbpQueue *self, PyObject *obj, int timeout_ms,
         return NULL;
     char msg[1024];
     msg[0] = '\0';
-    int rc = put_bytes(self, data, timeout_ms, pipelined, msg, sizeof msg);
+    int rc = put_bytes(self, data, timeout_ms, self->mp_pipelined, msg,
+                       sizeof msg);
     Py_DECREF(data);
-    return result(rc, msg, would_wait);
+    return result(rc, msg, std_full);
 }
 
-static PyObject *queue_put_object(FbpQueue *self, PyObject *const *args,
-                                  Py_ssize_t nargs)
-{
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "put_object(obj, timeout_ms, pipelined)");
-        return NULL;
-    }
-    int timeout_ms = timeout_arg(args[1]);
-    if (timeout_ms == -2)
-        return NULL;
-    int pipelined = PyObject_IsTrue(args[2]);
-    if (pipelined < 0)
-        return NULL;
-    return put_obj(self, args[0], timeout_ms, pipelined, NULL);
-}
-
-/* get_object(timeout_ms): takes a message and unpickles it.  A message
+/* Takes a message and unpickles it.  A message
  * the handle prefetched is taken with the GIL held (fiber_queue_try_get
  * never waits), into the handle's reused buffer rbuf, which nothing else
  * touches while the GIL is held; only a get that may wait (nothing
  * prefetched) releases the GIL, with a buffer of its own. */
-static PyObject *get_obj(FbpQueue *self, int timeout_ms,
-                         PyObject *would_wait)
+static PyObject *get_obj(FbpQueue *self, int timeout_ms)
 {
     fiber_buf b = {0};
     fiber_buf *got = &self->rbuf;
@@ -764,29 +734,11 @@ static PyObject *get_obj(FbpQueue *self, int timeout_ms,
         if (self->rbuf.cap > RBUF_KEEP)
             fiber_buf_free(&self->rbuf); /* a large one is not kept */
     } else {
-        result(rc, msg, would_wait);
+        result(rc, msg, std_empty);
     }
     fiber_buf_free(&b);
     return res;
 }
-
-static PyObject *queue_get_object(FbpQueue *self, PyObject *arg)
-{
-    int timeout_ms = timeout_arg(arg);
-    if (timeout_ms == -2)
-        return NULL;
-    return get_obj(self, timeout_ms, NULL);
-}
-
-/* ---- multiprocessing's put and get, in C ----------------------------------
- *
- * fiber.Queue binds put_mp and get_mp as its instance's put and get (on a
- * Queue whose class does not override them), so that a message costs no
- * frame of Python code: 0.2 us of a put's 0.66 us went to the wrapper.
- * They take multiprocessing's arguments and raise queue.Full and
- * queue.Empty; fiber.Queue unbinds them when it is closed and in a
- * forked child, where its Python methods say why the queue is unusable. */
-static PyObject *std_full, *std_empty;
 
 /* multiprocessing's (block, timeout) as ms: 0 not blocking, -1 forever;
  * -2 with an exception set. */
@@ -861,13 +813,13 @@ static PyObject *queue_put_mp(FbpQueue *self, PyObject *const *args,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *a[3];
     if (nargs == 1 && !kwnames) /* put(obj): the common call */
-        return put_obj(self, args[0], -1, self->mp_pipelined, std_full);
+        return put_obj(self, args[0], -1);
     if (mp_args("put", args, nargs, kwnames, 1, a) != 0)
         return NULL;
     int ms = mp_timeout(a[1], a[2]);
     if (ms == -2)
         return NULL;
-    return put_obj(self, a[0], ms, self->mp_pipelined, std_full);
+    return put_obj(self, a[0], ms);
 }
 
 /* get_mp(block=True, timeout=None): multiprocessing's Queue.get. */
@@ -877,13 +829,13 @@ static PyObject *queue_get_mp(FbpQueue *self, PyObject *const *args,
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *a[2];
     if (nargs == 0 && !kwnames)
-        return get_obj(self, -1, std_empty);
+        return get_obj(self, -1);
     if (mp_args("get", args, nargs, kwnames, 0, a) != 0)
         return NULL;
     int ms = mp_timeout(a[0], a[1]);
     if (ms == -2)
         return NULL;
-    return get_obj(self, ms, std_empty);
+    return get_obj(self, ms);
 }
 
 /* mp_mode(pipelined): put_mp pipelines its puts without a timeout (an
@@ -979,9 +931,6 @@ static PyMethodDef queue_methods[] = {
     {"open", (PyCFunction)queue_open, METH_VARARGS | METH_CLASS, NULL},
     {"put", (PyCFunction)queue_put, METH_VARARGS, NULL},
     {"get", (PyCFunction)queue_get, METH_VARARGS, NULL},
-    {"put_object", (PyCFunction)(void (*)(void))queue_put_object,
-     METH_FASTCALL, NULL},
-    {"get_object", (PyCFunction)queue_get_object, METH_O, NULL},
     {"put_mp", (PyCFunction)(void (*)(void))queue_put_mp,
      METH_FASTCALL | METH_KEYWORDS, NULL},
     {"get_mp", (PyCFunction)(void (*)(void))queue_get_mp,

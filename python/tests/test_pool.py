@@ -283,6 +283,13 @@ def test_map_payloads_that_are_not_bytes_or_buffers_are_refused(pool):
     with pytest.raises(TypeError, match="part 1 is not a contiguous "
                        "buffer \\(str\\)"):
         pool._pool.map_async([(b"x", "text")], 1)
+    # The streamed imap's put the same, and a negative window.
+    stream = pool._pool.imap_stream(0, True, 8)
+    with pytest.raises(TypeError, match="imap payload 1 must be bytes or "
+                       "a tuple of buffers, not int"):
+        stream.put([b"x", 7])
+    with pytest.raises(ValueError, match="must be >= 0"):
+        pool._pool.imap_stream(0, True, -1)
     assert pool.map(helpers.square, [2, 3]) == [4, 9]
 
 

@@ -218,7 +218,8 @@ def test_bad_timeouts_are_refused():
         q.put(1, timeout=-1)
     with pytest.raises(ValueError):
         q.get(timeout=-1)
+    # The extension's own put and get, which fiber.Queue's methods call.
     with pytest.raises(ValueError):
-        q._q.get_object(-5)
+        q._q.get_mp(True, -5)
     with pytest.raises(TypeError):
-        q._q.put_object(1)
+        q._q.put_mp()

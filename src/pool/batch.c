@@ -131,6 +131,16 @@ struct fb_batch *fb_batch_new(struct fiber_pool *p, enum batch_kind kind,
     return b;
 }
 
+/* Puts b at the end of the pool's queue of batches with unsent tasks. */
+static void enqueue(struct fiber_pool *p, struct fb_batch *b)
+{
+    if (p->q_tail)
+        p->q_tail->q_next = b;
+    else
+        p->q_head = b;
+    p->q_tail = b;
+}
+
 void fb_batch_submit(struct fiber_pool *p, struct fb_batch *b)
 {
     b->all_next = p->all;
@@ -143,11 +153,7 @@ void fb_batch_submit(struct fiber_pool *p, struct fb_batch *b)
         b->complete = !b->stream;
         return;
     }
-    if (p->q_tail)
-        p->q_tail->q_next = b;
-    else
-        p->q_head = b;
-    p->q_tail = b;
+    enqueue(p, b);
     p->queued += b->n;
     p->st.tasks_submitted += b->n;
 }
@@ -167,7 +173,8 @@ static int grow_ins(struct fb_batch *b)
     return 0;
 }
 
-int fb_batch_stream_put(struct fb_batch *b, const fiber_iov *parts, size_t k)
+int fb_batch_stream_put(struct fiber_pool *p, struct fb_batch *b,
+                        const fiber_iov *parts, size_t k)
 {
     if (b->n - b->ins_base == b->ins_cap && grow_ins(b) != 0)
         return fb_err(FIBER_ENOMEM, "out of memory");
@@ -193,7 +200,11 @@ int fb_batch_stream_put(struct fb_batch *b, const fiber_iov *parts, size_t k)
     struct fb_stream_in *in = &b->ins[b->n & (b->ins_cap - 1)];
     in->data = data;
     in->len = len;
+    if (b->next == b->n)
+        enqueue(p, b); /* it had nothing unsent: it was off the queue */
     b->n++;
+    p->queued++;
+    p->st.tasks_submitted++;
     return 0;
 }
 

@@ -727,24 +727,13 @@ FIBER_API int fiber_imap_put_gather(fiber_imap *it, const fiber_iov *parts,
     for (size_t i = 0; rc == 0 && i < n && put < room; i++) {
         rc = check_parts(p, parts, first, i);
         if (rc == 0)
-            rc = fb_batch_stream_put(b, parts + first[i],
+            rc = fb_batch_stream_put(p, b, parts + first[i],
                                      first[i + 1] - first[i]);
         if (rc == 0)
             put++;
     }
-    if (put) {
-        if (b->next + put == b->n) {
-            /* It had nothing unsent, so it was off the queue. */
-            if (p->q_tail)
-                p->q_tail->q_next = b;
-            else
-                p->q_head = b;
-            p->q_tail = b;
-        }
-        p->queued += put;
-        p->st.tasks_submitted += put;
+    if (put)
         kick(p);
-    }
     pthread_mutex_unlock(&p->mu);
     if (accepted)
         *accepted = put;

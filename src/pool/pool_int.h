@@ -320,9 +320,10 @@ size_t fb_batch_parts(const struct fb_batch *b, size_t i, fiber_iov *one,
                       const fiber_iov **parts);
 int fb_batch_can_send(const struct fb_batch *b);
 /* A streamed imap's next input: parts[0..k) copied back to back as task
- * b->n, which n then counts.  0 or FIBER_ENOMEM (nothing changed).  mu
- * held. */
-int fb_batch_stream_put(struct fb_batch *b, const fiber_iov *parts, size_t k);
+ * b->n, which n then counts, queued for sending as fb_batch_submit's
+ * tasks are.  0 or FIBER_ENOMEM (nothing changed).  mu held. */
+int fb_batch_stream_put(struct fiber_pool *p, struct fb_batch *b,
+                        const fiber_iov *parts, size_t k);
 void fb_batch_free(struct fb_batch *b);
 /* The failure message, "" if none. */
 const char *fb_batch_msg(const struct fb_batch *b);
