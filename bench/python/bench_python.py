@@ -24,7 +24,8 @@ Figures (2-core machine):
   (fiber 22-26 us then 14-19 us, multiprocessing 190-210 us then 160-185
   us, 2026-12-05).
 - map_c1_tasks_per_s, map_auto_tasks_per_s: no-op tasks through map with
-  2 workers, chunksize 1 and automatic.
+  2 workers, chunksize 1 and automatic (map(noop, range(n))): the median
+  of 5 maps after an untimed one.
 - imap_c1_tasks_per_s, imap_unordered_c1_tasks_per_s, imap_c100_tasks_per_s:
   no-op tasks through imap (imap_unordered) with 2 workers, chunksize 1
   and 100, every result taken by iterating.
@@ -102,11 +103,17 @@ def apply_rtt(mod, n):
     return statistics.median(samples) * 1e6
 
 
-def map_rate(mod, n, chunksize):
+def map_rate(mod, n, chunksize, runs=5):
+    """The median rate of runs maps of n no-op tasks, after one untimed
+    map (the steady state: a single map of 100,000 no-op tasks lasts
+    10-20 ms, and the first in a new pool also pays for the heaps the
+    master and the workers grow, for every peer)."""
     with _pool(mod, 2) as pool:
         warm_up(pool, 2)
-        el = timed(pool.map, T.noop, range(n), chunksize)
-    return n / el
+        pool.map(T.noop, range(n), chunksize)
+        els = [timed(pool.map, T.noop, range(n), chunksize)
+               for _ in range(runs)]
+    return n / statistics.median(els)
 
 
 def imap_rate(mod, n, chunksize, unordered=False):

@@ -32,7 +32,7 @@ ONE = 1     # body: item                        -> func(item)
 STAR = 2    # body: tuple                       -> func(*item)
 INIT = 3    # a pool initializer, as CALL; a failure ends the worker
 PROC = 4    # func: a Process object            -> its run(); an exit code
-CHUNK = 5   # body: list of items (flags STAR)  -> [func(item) ...]
+CHUNK = 5   # body: list (or range) of items, flags STAR -> [func(item) ...]
 
 F_STAR = 1
 F_RETRY = 2  # Pool(error_handling=True): a task that raises ends its worker
@@ -132,7 +132,7 @@ def _name(func):
         or repr(func)
 
 
-def task(kind, func_bytes, body_obj, func_name="?", flags=0, parts=False):
+def _task_py(kind, func_bytes, body_obj, func_name="?", flags=0, parts=False):
     """The envelope of one task: bytes, or with parts=True and out-of-band
     buffers, a tuple (the bytes up to the buffers, then each buffer's
     memoryview) that the pool's map sends back to back without joining
@@ -221,7 +221,7 @@ class RemoteTraceback(Exception):
         return self.tb
 
 
-def decode(data):
+def _decode_py(data):
     """The value an answer holds; raises the task's exception, with the
     worker's traceback attached as its __cause__."""
     magic, status, _, _, blen, nbufs = _ANSWER.unpack_from(data, 0)
@@ -237,3 +237,44 @@ def decode(data):
     if tb_text:
         exc.__cause__ = RemoteTraceback('\n"""\n%s"""' % tb_text)
     raise exc
+
+
+# The per-task paths in C (python/src/envelope.c): the same bytes as the
+# Python versions above (a test compares them), without their frames and
+# struct packing.  The Python versions stay the reference, and the slow
+# path the C decoder hands an error or out-of-band buffers to.
+def _cannot_pickle(func_name, e):
+    return PicklingError("cannot pickle the arguments of task %r: %s: %s"
+                         % (func_name, type(e).__name__, e))
+
+
+try:
+    from . import _fiber
+    _task_c = _fiber.task_envelope
+    _fiber.envelope_setup(_decode_py)
+    decode = _fiber.decode_answer
+except (ImportError, AttributeError):   # the extension is not built yet
+    _fiber = None
+    task = _task_py
+    decode = _decode_py
+else:
+    def task(kind, func_bytes, body_obj, func_name="?", flags=0,
+             parts=False):
+        """The envelope of one task (as _task_py, built in C)."""
+        try:
+            return _task_c(kind, func_bytes, body_obj, flags, parts)
+        except Exception as e:
+            raise _cannot_pickle(func_name, e) from None
+
+
+def tasks(kind, func_bytes, items, func_name="?", flags=0):
+    """One envelope (parts form) per item of items."""
+    if type(items) not in (list, tuple):
+        items = list(items)   # what iterating raises is not a pickling error
+    if _fiber is None:
+        return [_task_py(kind, func_bytes, item, func_name, flags, True)
+                for item in items]
+    try:
+        return _fiber.task_envelopes(kind, func_bytes, items, flags)
+    except Exception as e:
+        raise _cannot_pickle(func_name, e) from None

@@ -1,6 +1,8 @@
 """The worker side: what a job runs for each task and each manager method.
 
-fiber._fiber calls ``run_task`` with each task's envelope (a memoryview
+fiber._fiber runs a call, a map's task and a chunk itself (envelope.c),
+calling ``_callable``, ``task_raised`` and ``answer_ok`` for their rare
+paths; it calls ``run_task`` with any other task's envelope (a memoryview
 valid during the call) and ``run_method`` for each method call on a Python
 object that a manager hosts.  Both run on the job's own threads with the
 GIL held.
@@ -85,7 +87,7 @@ def _unloadable_process(e):
     return text
 
 
-def _end_for_retry(name):
+def _end_for_retry(name, tb_text):
     """Pool(error_handling=True), Uber Fiber's resilient pool: a task that
     raises ends its worker, as it did in Fiber, so that the C pool sends
     the task to another worker (up to the pool's max_task_crashes) and
@@ -93,7 +95,7 @@ def _end_for_retry(name):
     sys.stderr.write("task %s raised (Pool(error_handling=True)): ending "
                      "this worker so that the task runs again elsewhere\n"
                      % name)
-    traceback.print_exc()
+    sys.stderr.write(tb_text)
     _flush()
     os._exit(_RETRY_EXIT)
 
@@ -121,7 +123,6 @@ def run_task(view):
         return env.answer_error(err, traceback.format_exc())
     if kind == env.PROC:
         return _run_process(func)
-    name = getattr(func, "__qualname__", "?")
     try:
         if kind == env.ONE:
             value = func(body)
@@ -136,16 +137,24 @@ def run_task(view):
             args, kwargs = body
             value = func(*args, **kwargs)
     except BaseException as e:
-        if kind == env.INIT:
-            _flush()
-            return "the pool's initializer %s raised %s: %s\n%s" % (
-                name, type(e).__name__, e, traceback.format_exc())
-        if flags & env.F_RETRY:
-            _end_for_retry(name)
-        return env.answer_error(e, traceback.format_exc())
+        return task_raised(kind, flags, func, e)
     if kind == env.INIT:
         return b""
-    return env.answer_ok(value, name)
+    return env.answer_ok(value, getattr(func, "__qualname__", "?"))
+
+
+def task_raised(kind, flags, func, e):
+    """What a task whose call raised e answers (run_task's, and the C
+    path's in fiber._fiber: a call, a map's task or a chunk run there)."""
+    name = getattr(func, "__qualname__", "?")
+    tb_text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    if kind == env.INIT:
+        _flush()
+        return "the pool's initializer %s raised %s: %s\n%s" % (
+            name, type(e).__name__, e, tb_text)
+    if flags & env.F_RETRY:
+        _end_for_retry(name, tb_text)
+    return env.answer_error(e, tb_text)
 
 
 # ---- objects a manager hosts ------------------------------------------
@@ -212,8 +221,13 @@ def run_method(state, view):
 
 
 def install():
+    """Tasks of a call, a map or a chunk run in C (fiber._fiber), which
+    calls _callable, task_raised and env.answer_ok for the rare paths; a
+    Process, an initializer and a task whose callable or arguments do not
+    load come to run_task."""
     from . import _fiber
-    _fiber.set_handlers(run_task, run_method)
+    _fiber.set_handlers(run_task, run_method, _callable, task_raised,
+                        env.answer_ok)
 
 
 name = ""            # this job's name (fiber._bootstrap sets it)

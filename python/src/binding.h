@@ -103,6 +103,17 @@ int fbp_object_init(PyObject *m);
  * bytes, 1 an int64 (8 bytes in host order). */
 PyObject *fbp_future_new(fiber_future *f, PyObject *owner, int kind);
 
+/* The per-task paths of the Python envelope in C (envelope.c): its
+ * module functions (task_envelope, decode_answer, ...), the worker-side
+ * helpers of the rare paths (fiber._worker's load_callable, task_raised,
+ * answer_ok; set through set_handlers), and the run of one task: 0 with
+ * the answer appended to out, 1 when the task is not one the fast path
+ * runs (the Python handler runs it; nothing of it has run), -1 with a
+ * Python exception set.  GIL held. */
+extern PyMethodDef fbp_envelope_methods[];
+int fbp_envelope_helpers(PyObject *load, PyObject *raised, PyObject *ok);
+int fbp_envelope_run(const void *arg, size_t len, fiber_buf *out);
+
 /* The names of the C tasks the package registers (task.c). */
 #define FBP_TASK "fiber_py_task"
 #define FBP_METHOD "fiber_py_method"

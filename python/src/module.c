@@ -372,13 +372,18 @@ static PyObject *py_shutdown(PyObject *self, PyObject *unused)
 static PyObject *py_set_handlers(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *task, *method;
-    if (!PyArg_ParseTuple(args, "OO", &task, &method))
+    PyObject *task, *method, *load = NULL, *raised = NULL, *ok = NULL;
+    if (!PyArg_ParseTuple(args, "OO|OOO", &task, &method, &load, &raised,
+                          &ok))
         return NULL;
-    if (!PyCallable_Check(task) || !PyCallable_Check(method)) {
+    if (!PyCallable_Check(task) || !PyCallable_Check(method) ||
+        (load && !PyCallable_Check(load)) ||
+        (raised && !PyCallable_Check(raised)) || (ok && !PyCallable_Check(ok))) {
         PyErr_SetString(PyExc_TypeError, "handlers must be callable");
         return NULL;
     }
+    if (fbp_envelope_helpers(load, raised, ok) != 0)
+        return NULL;
     Py_XSETREF(fbp_task_handler, Py_NewRef(task));
     Py_XSETREF(fbp_method_handler, Py_NewRef(method));
     Py_RETURN_NONE;
@@ -519,7 +524,10 @@ static PyMethodDef module_methods[] = {
     {"run_id", py_run_id, METH_NOARGS, "The run's name."},
     {"shutdown", py_shutdown, METH_NOARGS, "fiber_shutdown()."},
     {"set_handlers", py_set_handlers, METH_VARARGS,
-     "set_handlers(task, method): the worker side's Python entry points."},
+     "set_handlers(task, method, load_callable=None, task_raised=None, "
+     "answer_ok=None): the worker side's Python entry points; with the "
+     "last three, tasks of a call, a map or a chunk run in C (envelope.c) "
+     "and reach Python only for their rare paths."},
     {"image_build", py_image_build, METH_VARARGS,
      "image_build(program, trees, excludes, tag=None, progress=False) "
      "-> image id."},
@@ -584,6 +592,8 @@ PyMODINIT_FUNC PyInit__fiber(void)
         !(crashed_error = new_error(m, "TaskCrashedError", fiber_error)) ||
         !(closed_error = new_error(m, "ClosedError", fiber_error)) ||
         !(notask_error = new_error(m, "NoTaskError", fiber_error)))
+        goto fail;
+    if (PyModule_AddFunctions(m, fbp_envelope_methods) != 0)
         goto fail;
     if (fbp_process_init(m) || fbp_pool_init(m) || fbp_queue_init(m) ||
         fbp_manager_init(m) || fbp_ring_init(m) || fbp_object_init(m))

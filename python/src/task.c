@@ -3,9 +3,11 @@
  * run Python in a job:
  *
  *   fiber_py_task    a Process target, a pool task or a pool initializer:
- *                    the argument is an envelope built by fiber._envelope
- *                    and is handed, as a read-only memoryview valid during
- *                    the call, to the worker-side handler (fiber._worker).
+ *                    the argument is an envelope built by fiber._envelope.
+ *                    A call, a map's task or a chunk runs in C
+ *                    (envelope.c: fbp_envelope_run); the rest is handed,
+ *                    as a read-only memoryview valid during the call, to
+ *                    the worker-side handler (fiber._worker).
  *   fiber_py_method  a method of a Python object hosted by a manager: the
  *                    object's state (the manager keeps it) and the call
  *                    go to the method handler.
@@ -81,6 +83,20 @@ FIBER_TASK(fiber_py_task)
                              "fiber.Pool?)");
         PyGILState_Release(g);
         return rc;
+    }
+    /* A call, a map's task or a chunk runs in C (envelope.c); the rest,
+     * and a task whose callable or arguments do not load, in Python. */
+    int fast = fbp_envelope_run(arg, len, out);
+    if (fast == 0) {
+        fbp_queue_flush_all();
+        PyGILState_Release(g);
+        return 0;
+    }
+    if (fast < 0) {
+        fail_with_exception("fiber's worker could not answer a task");
+        fbp_queue_flush_all();
+        PyGILState_Release(g);
+        return FIBER_ETASK;
     }
     PyObject *mv = PyMemoryView_FromMemory((char *)arg, (Py_ssize_t)len,
                                            PyBUF_READ);

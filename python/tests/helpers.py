@@ -394,3 +394,11 @@ def echo_bytes(conn):
         if msg == b"die":
             os._exit(3)
         conn.send_bytes(b"re:" + msg)
+
+
+def boom_at(args):
+    """args = (i, at, msg): raises ValueError(msg) at item at, else i."""
+    i, at, msg = args
+    if i == at:
+        raise ValueError(msg)
+    return i

@@ -518,3 +518,151 @@ if __name__ == "__main__":
             except OSError:
                 pass
     assert not leftovers, "jobs of the run still running: %s" % leftovers
+
+
+# ---- the per-task paths in C (python/src/envelope.c) and the streamed map
+
+def _envelope_values():
+    import numpy as np
+    return [0, -5, 2 ** 70, "text", b"\x00" * 100, (1, [2, 3]), {"k": None},
+            np.arange(10), np.arange(100_000, dtype=np.float32),
+            [np.zeros(3), np.ones(70_000)], bytearray(1 << 17), None]
+
+
+def _joined(parts):
+    return b"".join(bytes(x) for x in parts) if isinstance(parts, tuple) \
+        else parts
+
+
+def test_c_envelope_builds_the_bytes_the_python_one_does():
+    from fiber import _envelope as env
+    fb = env.dumps_callable(helpers.square)
+    for obj in _envelope_values():
+        for kind, flags in ((env.ONE, 0), (env.CHUNK, env.F_STAR),
+                            (env.CALL, env.F_RETRY)):
+            want = env._task_py(kind, fb, obj, "square", flags)
+            assert env.task(kind, fb, obj, "square", flags) == want
+            parts_py = env._task_py(kind, fb, obj, "square", flags, True)
+            parts_c = env.task(kind, fb, obj, "square", flags, True)
+            assert type(parts_c) is type(parts_py)
+            if isinstance(parts_py, tuple):
+                assert [bytes(x) for x in parts_c] == \
+                    [bytes(x) for x in parts_py]
+            else:
+                assert parts_c == parts_py
+        got = env.tasks(env.ONE, fb, [obj, obj])
+        want = env._task_py(env.ONE, fb, obj, "?", 0, True)
+        assert [_joined(g) for g in got] == [_joined(want)] * 2
+    # What does not pickle is named, as before; what iterating the items
+    # raises is not called a pickling error.
+    with pytest.raises(fiber.PicklingError, match="arguments of task 'f'"):
+        env.task(env.ONE, fb, threading.Lock(), "f")
+    with pytest.raises(fiber.PicklingError, match="arguments of task 'f'"):
+        env.tasks(env.ONE, fb, [1, threading.Lock()], "f")
+
+    def bad_items():
+        yield 1
+        raise KeyError("from the iterable")
+    with pytest.raises(KeyError, match="from the iterable"):
+        env.tasks(env.ONE, fb, bad_items(), "f")
+
+
+def test_c_decoder_reads_what_the_python_one_does():
+    import numpy as np
+    from fiber import _envelope as env
+    for obj in _envelope_values():
+        ans = env.answer_ok(obj)
+        got, want = env.decode(ans), env._decode_py(ans)
+        if isinstance(want, np.ndarray):
+            assert np.array_equal(got, want)
+        elif isinstance(want, list) and want and \
+                isinstance(want[0], np.ndarray):
+            assert all(np.array_equal(a, b) for a, b in zip(got, want))
+        else:
+            assert got == want
+    err = env.answer_error(ValueError("from a task"), "the traceback")
+    with pytest.raises(ValueError, match="from a task") as ei:
+        env.decode(err)
+    assert "the traceback" in str(ei.value.__cause__)
+    with pytest.raises(ValueError, match="bad magic"):
+        env.decode(b"XXXX" + bytes(12))
+    # A map's list: failures (tuples) and errors go to the slow path.
+    answers = [env.answer_ok(i) for i in range(5)]
+    assert fiber.pool._fiber.decode_answers(
+        answers, fiber.pool._decode_slow) == list(range(5))
+    chunks = [env.answer_ok([1, 2]), env.answer_ok(range(3, 5))]
+    assert fiber.pool._fiber.decode_chunks(
+        chunks, fiber.pool._decode_slow) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="from a task"):
+        fiber.pool._fiber.decode_answers(answers + [err],
+                                         fiber.pool._decode_slow)
+
+
+def test_tasks_run_in_c_as_they_did_in_python(pool):
+    # starmap's items may be lists; apply's keywords; a chunk of a range.
+    assert pool.starmap(helpers.add, [[1, 2], (3, 4)], 1) == [3, 7]
+    assert pool.starmap(helpers.add, [[1, 2], (3, 4)] * 40) == [3, 7] * 40
+    assert pool.apply(helpers.kw, (1,), {"b": 2, "c": 3}) == \
+        helpers.kw(1, b=2, c=3)
+    assert pool.map(helpers.square, range(5, 9000, 3)) == \
+        [x * x for x in range(5, 9000, 3)]
+    assert pool.map(helpers.square, tuple(range(5000))) == \
+        [x * x for x in range(5000)]
+    # A task that raises: its exception, with the worker's traceback
+    # (from the task's own frame) as the cause.
+    with pytest.raises(ValueError, match="one item") as ei:
+        pool.map(helpers.boom, ["one item"], 1)
+    assert "in boom" in str(ei.value.__cause__)
+    with pytest.raises(TypeError):
+        pool.starmap(helpers.add, range(10))   # an int is no argument list
+    # A result that does not pickle, and a callable that does not load.
+    with pytest.raises(fiber.PicklingError, match="cannot be pickled"):
+        pool.map(helpers.unpicklable_result, range(3), 1)
+
+
+def test_map_streams_its_chunks_and_the_first_failure_raises(pool):
+    n = 100_000
+    items = list(range(n))
+    assert pool.map(helpers.square, items) == [x * x for x in items]
+    assert pool.map(helpers.square, iter(items), 7) == [x * x for x in items]
+    assert pool.map(helpers.square, []) == []
+    before = pool.stats()["tasks_submitted"]
+    pool.map(helpers.square, items)
+    # Automatic chunks of at most AUTO_CHUNK_MAX items.
+    tasks = pool.stats()["tasks_submitted"] - before
+    assert tasks == -(-n // fiber.Pool.AUTO_CHUNK_MAX), tasks
+    with pytest.raises(ValueError, match="middle"):
+        pool.map(helpers.boom_at, [(i, 5000, "middle") for i in range(9000)])
+    # The pool goes on after a failed map.
+    assert pool.map(helpers.square, range(3000)) == \
+        [x * x for x in range(3000)]
+
+
+@pytest.mark.local_only
+def test_streamed_map_reruns_what_a_killed_worker_held(tmp_path):
+    n = 100_000
+    task = functools.partial(helpers.spin_square_marking, str(tmp_path))
+    with fiber.Pool(2, name="mapkill") as p:
+        done = threading.Event()
+        kills = [0]
+
+        def killer():
+            # Only a worker that took its first task 0.2 s ago or more (see
+            # test_chaos_sigkill_a_worker_every_50ms_during_a_100k_map).
+            while not done.wait(0.1):
+                now = time.time()
+                working = {int(f) for f in os.listdir(tmp_path)
+                           if now - os.stat(tmp_path / f).st_mtime >= 0.2}
+                kills[0] += _kill_one([q for q in _worker_pids("mapkill")
+                                       if q in working])
+        t = threading.Thread(target=killer)
+        t.start()
+        try:
+            out = p.map(task, range(n), 500)
+        finally:
+            done.set()
+            t.join()
+        st = p.stats()
+    assert out == [x * x for x in range(n)]
+    assert kills[0] >= 2, "the map ended before the test could kill workers"
+    assert st["workers_lost"] >= 1

@@ -1,0 +1,635 @@
+/*
+ * envelope.c -- the per-task paths of the Python task envelope, in C.
+ *
+ * fiber._envelope defines the format (its docstring) and keeps a Python
+ * version of every path; this file does the three that run once per task
+ * of a map, where the Python versions cost about 0.5 us each in struct
+ * packing, joins and frames (more than the pickling they wrap):
+ *
+ *   task_envelope / task_envelopes   build one task, or one per item
+ *   decode_answer / decode_answers   read one answer, or a map's list
+ *   fbp_envelope_run                 run a task in a worker (task.c)
+ *
+ * Every rare path stays in Python and is reached through a function
+ * fiber's modules register: an answer that holds an exception or
+ * out-of-band buffers is read by fiber._envelope's Python decoder; a
+ * callable that does not load, a task that raises and a result that does
+ * not pickle are answered by fiber._worker, as before.  Pickling is
+ * Python's own (pickle.dumps and loads, protocol 5, buffers of OOB_MIN
+ * bytes or more out of band), so both versions produce the same bytes,
+ * which a test checks.
+ */
+#include <string.h>
+
+#include "binding.h"
+
+#define TASK_HEAD 20   /* "FPY1" kind flags 0:u16 func_len body_len nbufs */
+#define ANSWER_HEAD 16 /* "FPR1" status 0 0:u16 body_len nbufs */
+#define OOB_MIN (1 << 16)
+
+enum { K_CALL = 0, K_ONE = 1, K_STAR = 2, K_INIT = 3, K_PROC = 4, K_CHUNK = 5 };
+enum { F_STAR = 1 };
+
+static PyObject *dumps_fn, *loads_fn; /* pickle.dumps, pickle.loads */
+static PyObject *kw_buffer_callback;  /* ("buffer_callback",) */
+static PyObject *kw_buffers;          /* ("buffers",) */
+static PyObject *decode_slow;         /* fiber._envelope._decode_py */
+
+/* The worker's Python helpers (fiber._worker, through set_handlers):
+ * load_callable(func_bytes) -> callable; task_raised(kind, flags, func,
+ * exc) -> answer bytes; answer_ok(value, name) -> answer bytes. */
+static PyObject *load_callable, *task_raised, *answer_ok;
+
+static int setup_pickle(void)
+{
+    if (dumps_fn)
+        return 0;
+    PyObject *m = PyImport_ImportModule("pickle");
+    if (!m)
+        return -1;
+    dumps_fn = PyObject_GetAttrString(m, "dumps");
+    loads_fn = PyObject_GetAttrString(m, "loads");
+    Py_DECREF(m);
+    kw_buffer_callback = Py_BuildValue("(s)", "buffer_callback");
+    kw_buffers = Py_BuildValue("(s)", "buffers");
+    if (!dumps_fn || !loads_fn || !kw_buffer_callback || !kw_buffers) {
+        Py_CLEAR(dumps_fn);
+        Py_CLEAR(loads_fn);
+        return -1;
+    }
+    return 0;
+}
+
+static void put_u32(char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(char *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get_u32(const char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get_u64(const char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* ---- pickling with out-of-band buffers ------------------------------- */
+
+/* The buffer_callback: a PickleBuffer of OOB_MIN bytes or more goes into
+ * the list (self) and out of band; a smaller one stays in the pickle. */
+static PyObject *keep_buffer(PyObject *list, PyObject *pb)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(pb, &v, PyBUF_ANY_CONTIGUOUS) != 0)
+        return NULL;
+    Py_ssize_t n = v.len;
+    PyBuffer_Release(&v);
+    if (n < OOB_MIN)
+        Py_RETURN_TRUE;
+    if (PyList_Append(list, pb) != 0)
+        return NULL;
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef keep_def = {"keep", (PyCFunction)keep_buffer, METH_O, NULL};
+
+/* pickle.dumps(obj, 5, buffer_callback=...) -> bytes; the large buffers
+ * are appended to bufs (a list). */
+static PyObject *dumps5(PyObject *obj, PyObject *bufs)
+{
+    PyObject *cb = PyCFunction_New(&keep_def, bufs);
+    if (!cb)
+        return NULL;
+    PyObject *five = PyLong_FromLong(5);
+    PyObject *args[3] = {obj, five, cb};
+    PyObject *r = five ? PyObject_Vectorcall(dumps_fn, args, 2,
+                                             kw_buffer_callback)
+                       : NULL;
+    Py_XDECREF(five);
+    Py_DECREF(cb);
+    if (r && !PyBytes_Check(r)) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "pickle.dumps returned no bytes");
+        return NULL;
+    }
+    return r;
+}
+
+/* The total length of the buffers in bufs, or -1 with an exception. */
+static Py_ssize_t bufs_len(PyObject *bufs)
+{
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(bufs); i++) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, i), &v,
+                               PyBUF_ANY_CONTIGUOUS) != 0)
+            return -1;
+        total += v.len;
+        PyBuffer_Release(&v);
+    }
+    return total;
+}
+
+/* Writes the buffers' lengths (u64 each) at p, then, with data, their
+ * bytes; returns the end, or NULL with an exception. */
+static char *put_bufs(char *p, PyObject *bufs, int data)
+{
+    Py_ssize_t n = PyList_GET_SIZE(bufs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, i), &v,
+                               PyBUF_ANY_CONTIGUOUS) != 0)
+            return NULL;
+        put_u64(p, (uint64_t)v.len);
+        p += 8;
+        PyBuffer_Release(&v);
+    }
+    for (Py_ssize_t i = 0; data && i < n; i++) {
+        Py_buffer v;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(bufs, i), &v,
+                               PyBUF_ANY_CONTIGUOUS) != 0)
+            return NULL;
+        memcpy(p, v.buf, (size_t)v.len);
+        p += v.len;
+        PyBuffer_Release(&v);
+    }
+    return p;
+}
+
+/* ---- building tasks --------------------------------------------------- */
+
+/* One task's envelope (see fiber._envelope.task): bytes, or with parts
+ * and out-of-band buffers a tuple (the bytes up to the buffers, then a
+ * memoryview of each buffer). */
+static PyObject *build_task(int kind, int flags, const char *func,
+                            Py_ssize_t flen, PyObject *obj, int parts)
+{
+    PyObject *bufs = PyList_New(0);
+    PyObject *body = bufs ? dumps5(obj, bufs) : NULL;
+    PyObject *out = NULL;
+    if (!body)
+        goto done;
+    Py_ssize_t blen = PyBytes_GET_SIZE(body);
+    Py_ssize_t nb = PyList_GET_SIZE(bufs);
+    if (flen > UINT32_MAX || blen > UINT32_MAX || nb > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError,
+                        "a task's callable or arguments are over 4 GiB");
+        goto done;
+    }
+    Py_ssize_t data = nb && !parts ? bufs_len(bufs) : 0;
+    if (data < 0)
+        goto done;
+    out = PyBytes_FromStringAndSize(NULL, TASK_HEAD + flen + blen + 8 * nb +
+                                              data);
+    if (!out)
+        goto done;
+    char *p = PyBytes_AS_STRING(out);
+    memcpy(p, "FPY1", 4);
+    p[4] = (char)kind;
+    p[5] = (char)flags;
+    p[6] = p[7] = 0;
+    put_u32(p + 8, (uint32_t)flen);
+    put_u32(p + 12, (uint32_t)blen);
+    put_u32(p + 16, (uint32_t)nb);
+    p += TASK_HEAD;
+    memcpy(p, func, (size_t)flen);
+    p += flen;
+    memcpy(p, PyBytes_AS_STRING(body), (size_t)blen);
+    p += blen;
+    if (nb && !put_bufs(p, bufs, !parts))
+        Py_CLEAR(out);
+    if (out && nb && parts) {
+        PyObject *t = PyTuple_New(1 + nb);
+        if (!t) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(t, 0, out);
+        out = t;
+        for (Py_ssize_t i = 0; i < nb; i++) {
+            PyObject *mv = PyObject_CallMethod(PyList_GET_ITEM(bufs, i),
+                                               "raw", NULL);
+            if (!mv) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyTuple_SET_ITEM(t, 1 + i, mv);
+        }
+    }
+done:
+    Py_XDECREF(body);
+    Py_XDECREF(bufs);
+    return out;
+}
+
+/* task_envelope(kind, func_bytes, obj, flags=0, parts=False) */
+static PyObject *py_task_envelope(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int kind, flags = 0, parts = 0;
+    const char *func;
+    Py_ssize_t flen;
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "iy#O|ip", &kind, &func, &flen, &obj, &flags,
+                          &parts))
+        return NULL;
+    if (setup_pickle() != 0)
+        return NULL;
+    return build_task(kind, flags, func, flen, obj, parts);
+}
+
+/* task_envelopes(kind, func_bytes, iterable, flags=0) -> a list of
+ * envelopes in parts form, one per item. */
+static PyObject *py_task_envelopes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int kind, flags = 0;
+    const char *func;
+    Py_ssize_t flen;
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "iy#O|i", &kind, &func, &flen, &items, &flags))
+        return NULL;
+    if (setup_pickle() != 0)
+        return NULL;
+    PyObject *it = PyObject_GetIter(items);
+    if (!it)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    PyObject *item;
+    while (out && (item = PyIter_Next(it)) != NULL) {
+        PyObject *env = build_task(kind, flags, func, flen, item, 1);
+        Py_DECREF(item);
+        if (!env || PyList_Append(out, env) != 0)
+            Py_CLEAR(out);
+        Py_XDECREF(env);
+    }
+    Py_DECREF(it);
+    if (out && PyErr_Occurred())
+        Py_CLEAR(out);
+    return out;
+}
+
+/* ---- reading answers -------------------------------------------------- */
+
+/* The value of an answer that holds a value and no out-of-band buffer;
+ * NULL without an exception for any other answer (the slow path). */
+static PyObject *decode_fast(PyObject *data)
+{
+    if (!PyBytes_Check(data))
+        return NULL;
+    const char *p = PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n < ANSWER_HEAD || memcmp(p, "FPR1", 4) != 0 || p[4] != 0 ||
+        get_u32(p + 12) != 0 || (Py_ssize_t)get_u32(p + 8) > n - ANSWER_HEAD)
+        return NULL;
+    PyObject *mv = PyMemoryView_FromMemory((char *)p + ANSWER_HEAD,
+                                           (Py_ssize_t)get_u32(p + 8),
+                                           PyBUF_READ);
+    if (!mv)
+        return NULL;
+    PyObject *r = PyObject_CallOneArg(loads_fn, mv);
+    Py_DECREF(mv);
+    return r;
+}
+
+static PyObject *decode_one(PyObject *data, PyObject *slow)
+{
+    PyObject *r = decode_fast(data);
+    if (r || PyErr_Occurred())
+        return r;
+    return PyObject_CallOneArg(slow, data);
+}
+
+/* decode_answer(data): the value an answer holds; anything but a value
+ * without out-of-band buffers goes to the Python decoder (which raises a
+ * task's exception). */
+static PyObject *py_decode_answer(PyObject *self, PyObject *data)
+{
+    (void)self;
+    if (!decode_slow) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "fiber._envelope has not registered its decoder");
+        return NULL;
+    }
+    if (setup_pickle() != 0)
+        return NULL;
+    return decode_one(data, decode_slow);
+}
+
+/* The answers of a map (a list) decoded: each value, or with concat the
+ * concatenation of the lists they hold (a map in chunks).  An answer the
+ * fast path does not read goes to slow(answer) (a map's failures are
+ * tuples, which slow raises). */
+static PyObject *decode_list(PyObject *args, int concat)
+{
+    PyObject *answers, *slow;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &answers, &slow))
+        return NULL;
+    if (setup_pickle() != 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < PyList_GET_SIZE(answers); i++) {
+        PyObject *v = decode_one(PyList_GET_ITEM(answers, i), slow);
+        int rc = !v ? -1
+                 : concat ? PyList_SetSlice(out, PY_SSIZE_T_MAX,
+                                            PY_SSIZE_T_MAX, v)
+                          : PyList_Append(out, v);
+        if (rc != 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    return out;
+}
+
+/* decode_answers(answers, slow) -> [value] */
+static PyObject *py_decode_answers(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return decode_list(args, 0);
+}
+
+/* decode_chunks(answers, slow) -> the values of the chunks, concatenated */
+static PyObject *py_decode_chunks(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return decode_list(args, 1);
+}
+
+/* envelope_setup(decode_py): the Python decoder for the slow path. */
+static PyObject *py_envelope_setup(PyObject *self, PyObject *fn)
+{
+    (void)self;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "the decoder must be callable");
+        return NULL;
+    }
+    Py_XSETREF(decode_slow, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+/* ---- running a task in a worker -------------------------------------- */
+
+int fbp_envelope_helpers(PyObject *load, PyObject *raised, PyObject *ok)
+{
+    if (setup_pickle() != 0)
+        return -1;
+    Py_XSETREF(load_callable, Py_XNewRef(load));
+    Py_XSETREF(task_raised, Py_XNewRef(raised));
+    Py_XSETREF(answer_ok, Py_XNewRef(ok));
+    return 0;
+}
+
+/* The last callable loaded, by its pickled bytes: a pool sends the same
+ * one again and again. */
+static PyObject *last_func_bytes, *last_func;
+
+static PyObject *callable_of(const char *p, Py_ssize_t n)
+{
+    if (last_func_bytes && PyBytes_GET_SIZE(last_func_bytes) == n &&
+        memcmp(PyBytes_AS_STRING(last_func_bytes), p, (size_t)n) == 0)
+        return Py_NewRef(last_func);
+    PyObject *b = PyBytes_FromStringAndSize(p, n);
+    PyObject *f = b ? PyObject_CallOneArg(load_callable, b) : NULL;
+    if (f) {
+        Py_XSETREF(last_func_bytes, b);
+        Py_XSETREF(last_func, Py_NewRef(f));
+    } else {
+        Py_XDECREF(b);
+    }
+    return f;
+}
+
+/* The task's arguments, unpickled from its body and buffers (each buffer
+ * copied into a bytearray, as the Python version does). */
+static PyObject *load_body(const char *p, Py_ssize_t blen, const char *b,
+                           uint32_t nbufs, const char *end)
+{
+    PyObject *mv = PyMemoryView_FromMemory((char *)p, blen, PyBUF_READ);
+    if (!mv)
+        return NULL;
+    if (nbufs == 0) {
+        PyObject *r = PyObject_CallOneArg(loads_fn, mv);
+        Py_DECREF(mv);
+        return r;
+    }
+    PyObject *list = NULL, *r = NULL;
+    if ((size_t)(end - b) / 8 < nbufs) {
+        PyErr_SetString(PyExc_ValueError, "a task's buffers are cut short");
+        goto done;
+    }
+    const char *data = b + 8 * (size_t)nbufs;
+    list = PyList_New(nbufs);
+    for (uint32_t i = 0; list && i < nbufs; i++) {
+        uint64_t len = get_u64(b + 8 * (size_t)i);
+        if (len > (uint64_t)(end - data)) {
+            PyErr_SetString(PyExc_ValueError, "a task's buffers are cut short");
+            goto done;
+        }
+        PyObject *ba = PyByteArray_FromStringAndSize(data, (Py_ssize_t)len);
+        if (!ba)
+            goto done;
+        PyList_SET_ITEM(list, i, ba);
+        data += len;
+    }
+    if (list) {
+        PyObject *args[2] = {mv, list};
+        r = PyObject_Vectorcall(loads_fn, args, 1, kw_buffers);
+    }
+done:
+    Py_XDECREF(list);
+    Py_DECREF(mv);
+    return r;
+}
+
+/* func applied to body as kind says (fiber._worker.run_task's cases). */
+static PyObject *apply(int kind, int flags, PyObject *func, PyObject *body)
+{
+    switch (kind) {
+    case K_ONE:
+        return PyObject_CallOneArg(func, body);
+    case K_STAR: {
+        PyObject *t = PySequence_Tuple(body);
+        PyObject *v = t ? PyObject_Call(func, t, NULL) : NULL;
+        Py_XDECREF(t);
+        return v;
+    }
+    case K_CHUNK: {
+        /* A list, or a range (a map's chunk of a range). */
+        PyObject *seq = PySequence_Fast(body, "a chunk must be a sequence");
+        if (!seq)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        PyObject *out = PyList_New(n);
+        for (Py_ssize_t i = 0; out && i < n; i++) {
+            PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+            PyObject *v;
+            if (flags & F_STAR) {
+                PyObject *t = PySequence_Tuple(item);
+                v = t ? PyObject_Call(func, t, NULL) : NULL;
+                Py_XDECREF(t);
+            } else {
+                v = PyObject_CallOneArg(func, item);
+            }
+            if (!v)
+                Py_CLEAR(out);
+            else
+                PyList_SET_ITEM(out, i, v);
+        }
+        Py_DECREF(seq);
+        return out;
+    }
+    case K_CALL:
+        if (!PyTuple_Check(body) || PyTuple_GET_SIZE(body) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(body, 0)) ||
+            !PyDict_Check(PyTuple_GET_ITEM(body, 1)))
+            break;
+        return PyObject_Call(func, PyTuple_GET_ITEM(body, 0),
+                             PyTuple_GET_ITEM(body, 1));
+    }
+    PyErr_Format(PyExc_TypeError, "a task of kind %d has arguments of type %s",
+                 kind, Py_TYPE(body)->tp_name);
+    return NULL;
+}
+
+/* Appends an answer (bytes) the Python helper returned to out. */
+static int take_bytes(PyObject *ans, fiber_buf *out)
+{
+    int rc;
+    if (!ans)
+        return -1;
+    if (!PyBytes_Check(ans)) {
+        Py_DECREF(ans);
+        PyErr_SetString(PyExc_TypeError, "an answer must be bytes");
+        return -1;
+    }
+    rc = fiber_buf_append(out, PyBytes_AS_STRING(ans),
+                          (size_t)PyBytes_GET_SIZE(ans));
+    Py_DECREF(ans);
+    if (rc != 0)
+        PyErr_NoMemory();
+    return rc ? -1 : 0;
+}
+
+/* Writes value's answer into out; a value that does not pickle is
+ * answered by the Python helper (which says so in a PicklingError). */
+static int answer_value(PyObject *value, PyObject *func, fiber_buf *out)
+{
+    PyObject *bufs = PyList_New(0);
+    PyObject *body = bufs ? dumps5(value, bufs) : NULL;
+    int rc = -1;
+    if (!body) {
+        Py_XDECREF(bufs);
+        PyErr_Clear();
+        PyObject *name = PyObject_GetAttrString(func, "__qualname__");
+        if (!name) {
+            PyErr_Clear();
+            name = PyUnicode_FromString("?");
+        }
+        PyObject *ans = name ? PyObject_CallFunctionObjArgs(answer_ok, value,
+                                                            name, NULL)
+                             : NULL;
+        Py_XDECREF(name);
+        return take_bytes(ans, out);
+    }
+    Py_ssize_t blen = PyBytes_GET_SIZE(body), nb = PyList_GET_SIZE(bufs);
+    Py_ssize_t data = nb ? bufs_len(bufs) : 0;
+    char head[ANSWER_HEAD];
+    if (data < 0 || blen > UINT32_MAX || nb > UINT32_MAX)
+        goto done;
+    memcpy(head, "FPR1", 4);
+    head[4] = head[5] = head[6] = head[7] = 0;
+    put_u32(head + 8, (uint32_t)blen);
+    put_u32(head + 12, (uint32_t)nb);
+    size_t total = ANSWER_HEAD + (size_t)blen + 8 * (size_t)nb + (size_t)data;
+    if (fiber_buf_reserve(out, total) != 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    char *p = (char *)out->data + out->len;
+    memcpy(p, head, ANSWER_HEAD);
+    memcpy(p + ANSWER_HEAD, PyBytes_AS_STRING(body), (size_t)blen);
+    p += ANSWER_HEAD + blen;
+    if (nb && !put_bufs(p, bufs, 1))
+        goto done;
+    out->len += total;
+    rc = 0;
+done:
+    Py_DECREF(body);
+    Py_DECREF(bufs);
+    return rc;
+}
+
+int fbp_envelope_run(const void *arg, size_t len, fiber_buf *out)
+{
+    const char *p = arg, *end = p + len;
+    if (!load_callable || !task_raised || !answer_ok || len < TASK_HEAD ||
+        memcmp(p, "FPY1", 4) != 0)
+        return 1;
+    int kind = (unsigned char)p[4], flags = (unsigned char)p[5];
+    size_t flen = get_u32(p + 8), blen = get_u32(p + 12);
+    uint32_t nbufs = get_u32(p + 16);
+    if ((kind != K_ONE && kind != K_STAR && kind != K_CHUNK &&
+         kind != K_CALL) ||
+        flen > len - TASK_HEAD || blen > len - TASK_HEAD - flen)
+        return 1;
+    const char *fp = p + TASK_HEAD, *bp = fp + flen;
+    PyObject *func = callable_of(fp, (Py_ssize_t)flen);
+    PyObject *body = func ? load_body(bp, (Py_ssize_t)blen, bp + blen, nbufs,
+                                      end)
+                          : NULL;
+    if (!body) {
+        /* The Python handler reads the task again and answers with the
+         * error it meets (nothing of the task has run). */
+        PyErr_Clear();
+        Py_XDECREF(func);
+        return 1;
+    }
+    PyObject *value = apply(kind, flags, func, body);
+    Py_DECREF(body);
+    int rc;
+    if (value) {
+        rc = answer_value(value, func, out);
+        Py_DECREF(value);
+    } else {
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (exc && tb)
+            PyException_SetTraceback(exc, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        if (!exc)
+            exc = Py_NewRef(Py_None);
+        PyObject *k = PyLong_FromLong(kind), *f = PyLong_FromLong(flags);
+        PyObject *ans = k && f ? PyObject_CallFunctionObjArgs(
+                                     task_raised, k, f, func, exc, NULL)
+                               : NULL;
+        Py_XDECREF(k);
+        Py_XDECREF(f);
+        Py_XDECREF(exc);
+        rc = take_bytes(ans, out);
+    }
+    Py_DECREF(func);
+    return rc < 0 ? -1 : 0;
+}
+
+PyMethodDef fbp_envelope_methods[] = {
+    {"task_envelope", py_task_envelope, METH_VARARGS,
+     "task_envelope(kind, func_bytes, obj, flags=0, parts=False): a task's "
+     "envelope (fiber._envelope.task without its error wrapping)."},
+    {"task_envelopes", py_task_envelopes, METH_VARARGS,
+     "task_envelopes(kind, func_bytes, iterable, flags=0) -> [envelope in "
+     "parts form] one per item."},
+    {"decode_answer", py_decode_answer, METH_O,
+     "decode_answer(data): the value an answer holds (fiber._envelope.decode)."},
+    {"decode_answers", py_decode_answers, METH_VARARGS,
+     "decode_answers(answers, slow) -> [value]; slow(answer) reads the rest."},
+    {"decode_chunks", py_decode_chunks, METH_VARARGS,
+     "decode_chunks(answers, slow) -> the concatenation of the lists the "
+     "answers hold."},
+    {"envelope_setup", py_envelope_setup, METH_O,
+     "envelope_setup(decode_py): the Python decoder for the slow path."},
+    {NULL, NULL, 0, NULL},
+};
