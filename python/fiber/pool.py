@@ -459,9 +459,9 @@ class Pool:
         puts, so that the master's pickling, the workers and the master's
         reading overlap instead of following each other.  At most a
         window of chunks is out.  The first task that raised raises here
-        (the rest of the map still runs in the pool, as multiprocessing's
-        does); a worker's death reruns its chunk on another (the pool's
-        retry, per chunk)."""
+        (the chunks already put still run; the rest are never pickled);
+        a worker's death reruns its chunk on another (the pool's retry,
+        per chunk)."""
         chunks = self._chunks(func, iterable, chunksize, star, True)
         window = max(self.STREAM_MIN_WINDOW, 4 * self._processes)
         stream = self._pool.imap_stream(0, True, window)
