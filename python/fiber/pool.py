@@ -492,19 +492,28 @@ class Pool:
             out.extend(env.decode(raw))
 
     # -- iterators --
-    def _chunks(self, func, iterable, chunksize, star, parts=False):
+    def _chunks(self, func, iterable, chunksize, star, parts=False,
+                keep_going=False):
         """(count, payload) per chunk; parts: the payloads of a map
-        (env.task's parts form), else bytes."""
+        (env.task's parts form), else bytes.  keep_going (imap's): a
+        chunk that does not pickle is yielded as an _Unpicklable holding
+        the error, and the chunks after it follow."""
         fb = env.dumps_callable(func)
         name = getattr(func, "__qualname__", repr(func))
         it = iter(iterable)
+        task = env.task
+        if keep_going:
+            def task(*a):
+                try:
+                    return env.task(*a)
+                except env.PicklingError as e:
+                    return _Unpicklable(e)
         if chunksize == 1:
             kind = env.STAR if star else env.ONE
             for item in it:
-                yield 1, env.task(kind, fb, item, name, self._flags, parts)
+                yield 1, task(kind, fb, item, name, self._flags, parts)
             return
         flags = (env.F_STAR if star else 0) | self._flags
-        task = env.task
         if type(iterable) in (list, tuple, range):
             # Sliced, not iterated: a list's slice is a list made in one
             # step, and a range's is a range (its items are made in the
@@ -539,8 +548,8 @@ class Pool:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
         cls = IMapIterator if ordered else IMapUnorderedIterator
-        return cls(self, self._chunks(func, iterable, chunksize, False, True),
-                   chunksize)
+        return cls(self, self._chunks(func, iterable, chunksize, False, True,
+                                      True), chunksize)
 
     # -- life --
     def close(self):
@@ -629,6 +638,11 @@ class IMapIterator:
     whole chunk (raised once, at the chunk's place), then the iteration
     goes on with the next chunk.
 
+    An item that does not pickle raises its PicklingError at its place
+    (in completion order: at the next call), and the iteration goes on
+    with the items after it; an exception from the iterable itself raises
+    at its place and ends the input, as multiprocessing's imap does.
+
     It is the C pool's streamed imap (fiber_pool_imap_stream): the pool
     chooses how many tasks travel together from their measured times, as
     for a map, and retries each task alone when a worker dies.  Tasks are
@@ -647,29 +661,44 @@ class IMapIterator:
         self._lock = threading.Lock()
         self._window = max(128, 8 * pool._processes)
         self._put = self._taken = 0
+        # The inputs in order, while their results are due: None for one
+        # in the stream, an exception for one that never reached it (it
+        # did not pickle, or the iterable raised there).  Unordered, only
+        # the exceptions are kept, raised first come first.
+        self._slots = collections.deque()
+        self._failures = 0
         self._stream = pool._pool.imap_stream(0, self._ordered, self._window)
-        self._error = None
-        try:
-            self._fill()
-        except Exception as e:   # raised by the first next(), as later ones
-            self._error = e
+        self._fill()
 
     def __iter__(self):
         return self
 
+    def _failed(self, e):
+        self._slots.append(e)
+        self._failures += 1
+
     def _fill(self):
-        """Puts what the window has room for (lock held, or in __init__).
-        An exception from the input (the iterable, or an item that does
-        not pickle) is raised here, in the caller of next()."""
-        room = self._window - (self._put - self._taken)
+        """Puts what the window has room for (lock held, or in __init__);
+        an input that failed holds a place of the window too, until its
+        exception is raised."""
+        room = self._window - (self._put - self._taken) - self._failures
         if self._exhausted or room <= 0:
             return
         batch = []
         try:
             for _ in range(room):
-                batch.append(next(self._chunks)[1])
+                p = next(self._chunks)[1]
+                if isinstance(p, _Unpicklable):
+                    self._failed(p.error)
+                    continue
+                batch.append(p)
+                if self._ordered:
+                    self._slots.append(None)
         except StopIteration:
             self._exhausted = True
+        except Exception as e:   # from the iterable: raised at its place
+            self._exhausted = True
+            self._failed(e)
         finally:
             if batch:
                 took = self._stream.put(batch)
@@ -681,6 +710,15 @@ class IMapIterator:
         if self._exhausted:
             self._stream.end()
 
+    def _raise_failed(self):
+        """Raises the exception of the next input that never reached the
+        stream, if it is due: at the head of the inputs in order, or any
+        unordered."""
+        slots = self._slots
+        if slots and slots[0] is not None:
+            self._failures -= 1
+            raise slots.popleft()
+
     def next(self, timeout=None):
         ready = self._ready
         if ready:   # the rest of a chunk already taken: no lock needed
@@ -689,11 +727,9 @@ class IMapIterator:
             except IndexError:
                 pass  # another thread took the last one
         with self._lock:
-            if self._error is not None:
-                e, self._error = self._error, None
-                raise e
             while not self._ready:
                 self._fill()
+                self._raise_failed()
                 if self._taken == self._put and self._exhausted:
                     raise StopIteration
                 try:
@@ -701,6 +737,8 @@ class IMapIterator:
                 except _fiber.FiberTimeoutError:
                     raise TimeoutError from None
                 self._taken += 1
+                if self._ordered:
+                    self._slots.popleft()   # this result's place
                 if rc:
                     _raise_failure(rc, raw.decode("utf-8", "replace"))
                 value = env.decode(raw)   # the task's exception, at its place
@@ -718,6 +756,15 @@ class IMapUnorderedIterator(IMapIterator):
     item holds one place of the window, not the ones after it."""
 
     _ordered = False
+
+
+class _Unpicklable:
+    """An imap input that did not pickle: its error, raised at its place."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
 
 
 def _run_callback(fn, *args):

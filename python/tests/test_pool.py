@@ -666,3 +666,51 @@ def test_streamed_map_reruns_what_a_killed_worker_held(tmp_path):
     assert out == [x * x for x in range(n)]
     assert kills[0] >= 2, "the map ended before the test could kill workers"
     assert st["workers_lost"] >= 1
+
+
+def _outcomes(it):
+    """Each next() of an imap iterator: a value, or (type name, message)."""
+    out = []
+    while True:
+        try:
+            out.append(it.next(timeout=120))
+        except StopIteration:
+            return out
+        except Exception as e:
+            out.append((type(e).__name__, str(e)))
+
+
+def _inputs_with_trouble():
+    """Items 0..5, item 2 a lock (it does not pickle), then the iterable
+    raises after item 5."""
+    for i in range(6):
+        yield threading.Lock() if i == 2 else i
+    raise KeyError("the iterable broke")
+
+
+def test_imap_goes_on_past_an_item_that_does_not_pickle_as_multiprocessing():
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as mp_pool, fiber.Pool(2) as pool:
+        want = _outcomes(mp_pool.imap(helpers.square, _inputs_with_trouble()))
+        got = _outcomes(pool.imap(helpers.square, _inputs_with_trouble()))
+        # multiprocessing: 0, 1, an error at item 2, 9, 16, 25, then the
+        # iterable's KeyError at its place, and the end.
+        assert [x for x in want if not isinstance(x, tuple)] == \
+            [0, 1, 9, 16, 25]
+        assert [x for x in got if not isinstance(x, tuple)] == \
+            [0, 1, 9, 16, 25]
+        assert [i for i, x in enumerate(got) if isinstance(x, tuple)] == \
+            [i for i, x in enumerate(want) if isinstance(x, tuple)] == [2, 6]
+        assert got[2][0] == "PicklingError" and "lock" in got[2][1]
+        assert got[6] == want[6] == ("KeyError", "'the iterable broke'")
+        un = _outcomes(pool.imap_unordered(helpers.square,
+                                           _inputs_with_trouble()))
+        assert sorted(x for x in un if not isinstance(x, tuple)) == \
+            [0, 1, 9, 16, 25]
+        assert sorted(x[0] for x in un if isinstance(x, tuple)) == \
+            ["KeyError", "PicklingError"]
+        # A window's worth of inputs that do not pickle is no hang.
+        many = [threading.Lock()] * 300 + [7]
+        res = _outcomes(pool.imap(helpers.square, many))
+        assert len(res) == 301 and res[-1] == 49
+        assert all(r[0] == "PicklingError" for r in res[:300])
