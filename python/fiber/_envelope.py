@@ -21,6 +21,8 @@ import pickle
 import struct
 import types
 
+from . import _fiber
+
 _TASK = struct.Struct("<4sBBHIII")
 _ANSWER = struct.Struct("<4sBBHII")
 _LEN = struct.Struct("<Q")
@@ -248,32 +250,23 @@ def _cannot_pickle(func_name, e):
                          % (func_name, type(e).__name__, e))
 
 
-try:
-    from . import _fiber
-    _task_c = _fiber.task_envelope
-    _fiber.envelope_setup(_decode_py)
-    decode = _fiber.decode_answer
-except (ImportError, AttributeError):   # the extension is not built yet
-    _fiber = None
-    task = _task_py
-    decode = _decode_py
-else:
-    def task(kind, func_bytes, body_obj, func_name="?", flags=0,
-             parts=False):
-        """The envelope of one task (as _task_py, built in C)."""
-        try:
-            return _task_c(kind, func_bytes, body_obj, flags, parts)
-        except Exception as e:
-            raise _cannot_pickle(func_name, e) from None
+_task_c = _fiber.task_envelope
+_fiber.envelope_setup(_decode_py)
+decode = _fiber.decode_answer
+
+
+def task(kind, func_bytes, body_obj, func_name="?", flags=0, parts=False):
+    """The envelope of one task (as _task_py, built in C)."""
+    try:
+        return _task_c(kind, func_bytes, body_obj, flags, parts)
+    except Exception as e:
+        raise _cannot_pickle(func_name, e) from None
 
 
 def tasks(kind, func_bytes, items, func_name="?", flags=0):
     """One envelope (parts form) per item of items."""
     if type(items) not in (list, tuple):
         items = list(items)   # what iterating raises is not a pickling error
-    if _fiber is None:
-        return [_task_py(kind, func_bytes, item, func_name, flags, True)
-                for item in items]
     try:
         return _fiber.task_envelopes(kind, func_bytes, items, flags)
     except Exception as e:

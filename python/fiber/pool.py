@@ -435,7 +435,7 @@ class Pool:
         streamed (_map_stream)."""
         if chunksize is None:
             chunksize, iterable = self._auto_chunksize(iterable)
-        if chunksize is not None and chunksize <= 1:
+        if chunksize <= 1:
             return self._map_async(func, iterable, chunksize, None, None,
                                    star, shared).get()
         self._check_running()
@@ -476,7 +476,7 @@ class Pool:
                 batch = [p for _, p in itertools.islice(chunks, want)]
                 more = len(batch) == want
                 if batch:
-                    put += stream.put(batch)
+                    put += _put_all(stream, batch)
                 if not more:
                     stream.end()
             if taken == put and not more:
@@ -701,12 +701,7 @@ class IMapIterator:
             self._failed(e)
         finally:
             if batch:
-                took = self._stream.put(batch)
-                self._put += took
-                if took != len(batch):   # the two counts of the window differ
-                    raise RuntimeError("fiber: the pool took %d of %d inputs "
-                                       "that fit its window" % (took,
-                                                               len(batch)))
+                self._put += _put_all(self._stream, batch)
         if self._exhausted:
             self._stream.end()
 
@@ -756,6 +751,18 @@ class IMapUnorderedIterator(IMapIterator):
     item holds one place of the window, not the ones after it."""
 
     _ordered = False
+
+
+def _put_all(stream, batch):
+    """Puts batch, which the caller made to fit the stream's window, into
+    a streamed imap; returns its length.  The pool taking fewer means the
+    two counts of the window differ: a bug, said rather than a result
+    silently lost."""
+    took = stream.put(batch)
+    if took != len(batch):
+        raise RuntimeError("fiber: the pool took %d of %d inputs that fit "
+                           "its window" % (took, len(batch)))
+    return took
 
 
 class _Unpicklable:

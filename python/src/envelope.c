@@ -55,6 +55,8 @@ static int setup_pickle(void)
     if (!dumps_fn || !loads_fn || !kw_buffer_callback || !kw_buffers) {
         Py_CLEAR(dumps_fn);
         Py_CLEAR(loads_fn);
+        Py_CLEAR(kw_buffer_callback);
+        Py_CLEAR(kw_buffers);
         return -1;
     }
     return 0;
@@ -443,18 +445,24 @@ done:
     return r;
 }
 
+/* func(item), or with star func(*item). */
+static PyObject *call_item(PyObject *func, PyObject *item, int star)
+{
+    if (!star)
+        return PyObject_CallOneArg(func, item);
+    PyObject *t = PySequence_Tuple(item);
+    PyObject *v = t ? PyObject_Call(func, t, NULL) : NULL;
+    Py_XDECREF(t);
+    return v;
+}
+
 /* func applied to body as kind says (fiber._worker.run_task's cases). */
 static PyObject *apply(int kind, int flags, PyObject *func, PyObject *body)
 {
     switch (kind) {
     case K_ONE:
-        return PyObject_CallOneArg(func, body);
-    case K_STAR: {
-        PyObject *t = PySequence_Tuple(body);
-        PyObject *v = t ? PyObject_Call(func, t, NULL) : NULL;
-        Py_XDECREF(t);
-        return v;
-    }
+    case K_STAR:
+        return call_item(func, body, kind == K_STAR);
     case K_CHUNK: {
         /* A list, or a range (a map's chunk of a range). */
         PyObject *seq = PySequence_Fast(body, "a chunk must be a sequence");
@@ -463,15 +471,8 @@ static PyObject *apply(int kind, int flags, PyObject *func, PyObject *body)
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
         PyObject *out = PyList_New(n);
         for (Py_ssize_t i = 0; out && i < n; i++) {
-            PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-            PyObject *v;
-            if (flags & F_STAR) {
-                PyObject *t = PySequence_Tuple(item);
-                v = t ? PyObject_Call(func, t, NULL) : NULL;
-                Py_XDECREF(t);
-            } else {
-                v = PyObject_CallOneArg(func, item);
-            }
+            PyObject *v = call_item(func, PySequence_Fast_GET_ITEM(seq, i),
+                                    flags & F_STAR);
             if (!v)
                 Py_CLEAR(out);
             else

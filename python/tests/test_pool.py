@@ -714,3 +714,16 @@ def test_imap_goes_on_past_an_item_that_does_not_pickle_as_multiprocessing():
         res = _outcomes(pool.imap(helpers.square, many))
         assert len(res) == 301 and res[-1] == 49
         assert all(r[0] == "PicklingError" for r in res[:300])
+
+
+def test_a_malformed_task_gets_an_error_naming_it(pool):
+    # Straight to the C pool, past fiber._envelope: a wrong magic, and a
+    # header whose lengths run past the end (the worker's C path declines
+    # both; the Python handler names the problem). The worker goes on.
+    from fiber import _envelope as env
+    assert pool.apply(helpers.square, (2,)) == 4   # the pool has started
+    good = env.task(env.ONE, env.dumps_callable(helpers.square), 3, "square")
+    for bad in (b"XXXX" + good[4:], good[:30], b"FPY1"):
+        with pytest.raises(fiber.FiberError, match="cannot read a task"):
+            pool._pool.apply_async(bad).get(-1)
+    assert env.decode(pool._pool.apply_async(good).get(-1)) == 9
