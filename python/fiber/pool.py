@@ -11,6 +11,8 @@ import collections
 import itertools
 import multiprocessing
 import threading
+import time
+import weakref
 
 from . import _envelope as env
 from . import _fiber, _runtime
@@ -217,6 +219,7 @@ class Pool:
         self._tokens = itertools.count(1)
         self._pending = {}            # token -> handler(rc, raw)
         self._maps = []               # map results with callbacks, in order
+        self._imaps = weakref.WeakSet()  # imap iterators join() drains
         self._cb_thread = None
         _runtime.on_shutdown(self._at_exit)
 
@@ -548,8 +551,10 @@ class Pool:
             raise ValueError("Chunksize must be 1+, not {0:n}".format(chunksize))
         self._start(func)
         cls = IMapIterator if ordered else IMapUnorderedIterator
-        return cls(self, self._chunks(func, iterable, chunksize, False, True,
-                                      True), chunksize)
+        it = cls(self, self._chunks(func, iterable, chunksize, False, True,
+                                    True), chunksize)
+        self._imaps.add(it)
+        return it
 
     # -- life --
     def close(self):
@@ -568,7 +573,18 @@ class Pool:
             raise ValueError("Pool is still running")
         if self._pool is None:
             return True
-        done = self._pool.join(_ms(timeout))
+        # As multiprocessing's join, every imap's inputs run before it
+        # returns, read or not: each stream is fed to its end and its
+        # results kept for the iterator.
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for it in list(self._imaps):
+            left = None if deadline is None else \
+                max(0.0, deadline - time.monotonic())
+            if not it._drain(left):
+                return False
+        left = None if deadline is None else \
+            max(0.0, deadline - time.monotonic())
+        done = self._pool.join(_ms(left))
         thread = self._cb_thread
         if done and thread is not None and thread is not threading.current_thread():
             thread.join(1.0 if timeout is None else timeout)
@@ -648,7 +664,9 @@ class IMapIterator:
     for a map, and retries each task alone when a worker dies.  Tasks are
     put as results are taken, at most a window ahead (max(128, 8 x
     workers) tasks, each a chunk of chunksize items), so that memory
-    stays bounded; the first window is put when imap is called."""
+    stays bounded; the first window is put when imap is called.  A
+    ``join()`` of the closed pool runs the inputs not yet put, as
+    multiprocessing's does, and keeps their results for the iterator."""
 
     _ordered = True
 
@@ -667,6 +685,8 @@ class IMapIterator:
         # the exceptions are kept, raised first come first.
         self._slots = collections.deque()
         self._failures = 0
+        self._taken_raw = collections.deque()  # (rc, raw) join() drained
+        self._draining = False
         self._stream = pool._pool.imap_stream(0, self._ordered, self._window)
         self._fill()
 
@@ -681,7 +701,9 @@ class IMapIterator:
         """Puts what the window has room for (lock held, or in __init__);
         an input that failed holds a place of the window too, until its
         exception is raised."""
-        room = self._window - (self._put - self._taken) - self._failures
+        room = self._window - (self._put - self._taken)
+        if not self._draining:   # a drain keeps every result: no room held
+            room -= self._failures
         if self._exhausted or room <= 0:
             return
         batch = []
@@ -725,13 +747,17 @@ class IMapIterator:
             while not self._ready:
                 self._fill()
                 self._raise_failed()
-                if self._taken == self._put and self._exhausted:
+                drained = self._taken_raw
+                if drained:
+                    rc, raw = drained.popleft()
+                elif self._taken == self._put and self._exhausted:
                     raise StopIteration
-                try:
-                    _, rc, raw = self._stream.next(_ms(timeout))
-                except _fiber.FiberTimeoutError:
-                    raise TimeoutError from None
-                self._taken += 1
+                else:
+                    try:
+                        _, rc, raw = self._stream.next(_ms(timeout))
+                    except _fiber.FiberTimeoutError:
+                        raise TimeoutError from None
+                    self._taken += 1
                 if self._ordered:
                     self._slots.popleft()   # this result's place
                 if rc:
@@ -743,6 +769,31 @@ class IMapIterator:
             return self._ready.popleft()
 
     __next__ = next
+
+    def _drain(self, timeout):
+        """join()'s part: puts every input left and takes every result
+        into _taken_raw, which next() reads first.  False when timeout
+        seconds (None: no limit) ran out first; a pool that failed ends
+        the drain (next() raises its error)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            self._draining = True
+            while True:
+                self._fill()
+                if self._taken == self._put:   # nothing out
+                    if self._exhausted:
+                        return True
+                    continue   # (the inputs taken all failed to pickle)
+                left = None if deadline is None else \
+                    max(0.0, deadline - time.monotonic())
+                try:
+                    _, rc, raw = self._stream.next(_ms(left))
+                except _fiber.FiberTimeoutError:
+                    return False
+                except _fiber.FiberError:
+                    return True
+                self._taken += 1
+                self._taken_raw.append((rc, raw))
 
 
 class IMapUnorderedIterator(IMapIterator):

@@ -716,6 +716,65 @@ def test_imap_goes_on_past_an_item_that_does_not_pickle_as_multiprocessing():
         assert all(r[0] == "PicklingError" for r in res[:300])
 
 
+def _imaps_read_after_join(mod):
+    """imap, imap_unordered and an imap with trouble, each started on a
+    closed-then-joined pool before a single result is read."""
+    pool = mod.Pool(2)
+    try:
+        ordered = pool.imap(helpers.square, range(1000))
+        unordered = pool.imap_unordered(helpers.square, range(1000), 7)
+        trouble = pool.imap(helpers.square, _inputs_with_trouble())
+        failing = pool.imap(helpers.boom_at,
+                           [(i, 500, "at 500") for i in range(600)])
+        locks = pool.imap(helpers.square, [threading.Lock()] * 300 + [7])
+        pool.close()
+        pool.join()
+        # (multiprocessing's imap with chunks is a generator: no next(t))
+        return (_outcomes(ordered), sorted(unordered),
+                _outcomes(trouble), _outcomes(failing), _outcomes(locks))
+    finally:
+        pool.terminate()
+
+
+def test_join_runs_every_imap_input_before_it_returns_as_multiprocessing():
+    # multiprocessing's join() waits for every input of every imap, read or
+    # not, and the results are there after it: fiber's imap puts a window
+    # ahead, so its join() feeds the rest (it raised ClosedError before).
+    want = _imaps_read_after_join(multiprocessing.get_context("spawn"))
+    got = _imaps_read_after_join(fiber)
+    squares = [i * i for i in range(1000)]
+    assert want[0] == got[0] == squares
+    assert want[1] == got[1] == squares
+    # (an item that does not pickle: multiprocessing's TypeError, fiber's
+    # PicklingError naming the task)
+    assert [x if not isinstance(x, tuple) else x[0] for x in got[2]] == \
+        [0, 1, "PicklingError", 9, 16, 25, "KeyError"]
+    assert [x if not isinstance(x, tuple) else x[0] for x in want[2]] == \
+        [0, 1, "TypeError", 9, 16, 25, "KeyError"]
+    assert len(got[3]) == len(want[3]) == 600
+    assert [i for i, x in enumerate(got[3]) if isinstance(x, tuple)] == \
+        [i for i, x in enumerate(want[3]) if isinstance(x, tuple)] == [500]
+    assert got[3][:500] == want[3][:500]
+    assert len(got[4]) == 301 and got[4][-1] == want[4][-1] == 49
+    assert all(r[0] == "PicklingError" for r in got[4][:300])
+    assert all(r[0] == "TypeError" for r in want[4][:300])
+
+
+def test_join_with_a_timeout_gives_up_on_an_imap_still_running():
+    pool = fiber.Pool(1)
+    try:
+        it = pool.imap(functools.partial(helpers.sleep_then, seconds=0.5),
+                       range(4))
+        pool.close()
+        t = time.monotonic()
+        assert pool.join(timeout=0.3) is False
+        assert time.monotonic() - t < 5
+        assert pool.join() is True
+        assert list(it) == [0, 1, 2, 3]
+    finally:
+        pool.terminate()
+
+
 def test_a_malformed_task_gets_an_error_naming_it(pool):
     # Straight to the C pool, past fiber._envelope: a wrong magic, and a
     # header whose lengths run past the end (the worker's C path declines
