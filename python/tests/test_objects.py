@@ -161,3 +161,29 @@ def test_pool_shared_argument_is_put_once_and_released_after_the_call():
 
 def lambda_free_is_none(value, _):
     return value is None
+
+
+def test_a_burst_of_workers_over_max_pending_connections_loses_nothing(script):
+    # 48 workers dial the master, then fetch a shared object at once, with
+    # room for 2 unauthenticated connections at each server.  A server
+    # accepts no more than it has room for between two batches of events,
+    # and a connection it still cuts to make room is dialed again: every
+    # worker starts and every task gets the object (at 512 workers and the
+    # default 256, the blob server cut workers' fetches: a task failed
+    # with "blob server ... closed the connection").
+    r = script("""
+import numpy as np, fiber
+def first(theta, i):
+    return i, float(theta[i])
+if __name__ == "__main__":
+    theta = np.arange(300_000, dtype=np.float32)
+    with fiber.Pool(48) as pool:
+        pool.wait_until_workers_up()
+        for rnd in range(3):
+            out = pool.map(first, range(48), chunksize=1, shared=theta + rnd)
+            assert out == [(i, float(i + rnd)) for i in range(48)], out
+            theta = theta + 0   # a new object each round: fetched again
+        print("ok", pool.stats()["workers_started"])
+""", env={"FIBER_MAX_PENDING_CONNECTIONS": "2"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[0] == "ok"

@@ -105,6 +105,12 @@ static void evict_oldest(struct fb_gate *g)
     close_peer(g, old);
 }
 
+int fb_gate_room(const struct fb_gate *g)
+{
+    int cap = g->cap ? g->cap : fb_net_config()->max_pending_connections;
+    return g->n < cap ? cap - g->n : 1;
+}
+
 void fb_gate_add(struct fb_gate *g, struct fb_gate_peer *p,
                  struct fb_conn *conn)
 {

@@ -35,6 +35,14 @@ int fb_sock_listen(const char *addr, int backlog, int *fd, char *bound,
  * socket, timed out) or FIBER_EINVAL (bad address). */
 int fb_sock_dial(const char *addr, uint64_t deadline_ms, int *fd);
 
+/* For a handshake the server cut before it answered (FIBER_ECLOSED): a
+ * server over max_pending_connections closes the connection that has
+ * waited longest, which under a burst of children on few cores may be a
+ * real one.  Sleeps a short jittered time that doubles with *attempt
+ * (1 ms, 2 ms, ... at most 256 ms) and returns 1 when there is still
+ * time to dial again before deadline_ms, else 0 (without sleeping). */
+int fb_dial_again(unsigned *attempt, uint64_t deadline_ms);
+
 /* Accepts one pending connection: 0 with *fd, 1 when none is pending, or
  * FIBER_ESYS. */
 int fb_sock_accept(int listen_fd, int *fd);

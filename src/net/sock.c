@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "base/common.h"
 #include "net/net.h"
 
@@ -234,6 +236,22 @@ static int dial_tcp(const struct addr *a, uint64_t deadline_ms, int *fd)
                             a->host, a->port);
     }
     return 0;
+}
+
+int fb_dial_again(unsigned *attempt, uint64_t deadline_ms)
+{
+    unsigned shift = *attempt < 8 ? *attempt : 8;
+    uint64_t base_us = 1000ull << shift;
+    /* 50-150 %: children cut together do not dial again together. */
+    uint64_t us = base_us / 2 + randombytes_uniform((uint32_t)base_us + 1);
+    uint64_t now = fb_now_ms();
+    if (now + us / 1000 + 1 >= deadline_ms)
+        return 0;
+    (*attempt)++;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    return 1;
 }
 
 int fb_sock_dial(const char *addr, uint64_t deadline_ms, int *fd)

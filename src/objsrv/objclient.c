@@ -127,9 +127,10 @@ static int make_blocking(struct fb_oclient *c)
     return 0;
 }
 
-static int handshake(struct fb_oclient *c)
+/* One try of handshake: FIBER_ECLOSED when the server cut the
+ * connection before it answered. */
+static int handshake_once(struct fb_oclient *c, uint64_t deadline)
 {
-    uint64_t deadline = fb_deadline_ms(DIAL_TIMEOUT_MS);
     int fd;
     int rc = fb_sock_dial(c->addr, deadline, &fd);
     if (rc)
@@ -153,9 +154,10 @@ static int handshake(struct fb_oclient *c)
     rc = fb_wire_put_hello(fb_conn_out(&c->conn), &h);
     if (rc == 0)
         rc = fb_conn_flush_wait(&c->conn, deadline);
-    if (rc == 0)
-        rc = fb_conn_recv_wait(&c->conn, &hdr, &p, deadline) == 1 ? 0
-                                                                   : FIBER_ECLOSED;
+    if (rc == 0) {
+        int got = fb_conn_recv_wait(&c->conn, &hdr, &p, deadline);
+        rc = got == 1 ? 0 : got == FIBER_ETIMEDOUT ? got : FIBER_ECLOSED;
+    }
     if (rc == 0 && hdr.type != FB_MSG_WELCOME) {
         struct fb_msg_text t = {"", 0};
         if (hdr.type == FB_MSG_REJECT)
@@ -170,6 +172,20 @@ static int handshake(struct fb_oclient *c)
         rc = make_blocking(c);
     if (rc)
         fb_conn_close(&c->conn);
+    return rc;
+}
+
+/* Dials the object server and proves who we are; dials again while the
+ * server cuts us before answering and DIAL_TIMEOUT_MS allows (see
+ * fb_dial_again). */
+static int handshake(struct fb_oclient *c)
+{
+    uint64_t deadline = fb_deadline_ms(DIAL_TIMEOUT_MS);
+    unsigned attempt = 0;
+    int rc;
+    while ((rc = handshake_once(c, deadline)) == FIBER_ECLOSED &&
+           fb_dial_again(&attempt, deadline))
+        fb_log_info("%s; dialing again", fiber_last_error());
     return rc;
 }
 

@@ -644,7 +644,8 @@ static int run_timers(struct fb_objsrv *s)
 
 static void accept_all(struct fb_objsrv *s)
 {
-    for (int i = 0; i < 64; i++) {
+    int room = fb_gate_room(&s->gate);
+    for (int i = 0; i < 64 && i < room; i++) {
         int fd;
         int rc = fb_sock_accept(s->l.listen_fd, &fd);
         if (rc != 0)

@@ -154,7 +154,8 @@ uint64_t fb_rt_refused_peers(void)
 
 static void accept_peers(void)
 {
-    for (int i = 0; i < 64; i++) {
+    int room = fb_gate_room(&R->gate);
+    for (int i = 0; i < 64 && i < room; i++) {
         int fd;
         int rc = fb_sock_accept(R->listen_fd, &fd);
         if (rc == 1)

@@ -452,9 +452,9 @@ static pthread_mutex_t fetch_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fb_conn to_master; /* zeroed: closed until dialed */
 static uint64_t next_req;
 
-/* Dials addr and proves who we are (HELLO, WELCOME).  Returns 0 or a
- * code with a message. */
-static int dial(struct fb_conn *c, const char *addr, uint64_t deadline)
+/* One try of dial: FIBER_ECLOSED when the server cut the connection
+ * before it answered. */
+static int dial_once(struct fb_conn *c, const char *addr, uint64_t deadline)
 {
     int fd;
     int rc = fb_sock_dial(addr, deadline, &fd);
@@ -476,13 +476,31 @@ static int dial(struct fb_conn *c, const char *addr, uint64_t deadline)
         rc = fb_conn_flush_wait(c, deadline);
     struct fb_wire_hdr hdr;
     const uint8_t *p;
-    if (rc == 0 && fb_conn_recv_wait(c, &hdr, &p, deadline) != 1)
-        rc = fb_err(FIBER_ECLOSED, "blob server %s closed the connection: %s",
-                    addr, fb_conn_err_or(c, fiber_last_error()));
+    int got = rc == 0 ? fb_conn_recv_wait(c, &hdr, &p, deadline) : 0;
+    if (rc == 0 && got != 1)
+        rc = fb_err(got == FIBER_ETIMEDOUT ? got : FIBER_ECLOSED,
+                    "blob server %s closed the connection: %s", addr,
+                    fb_conn_err_or(c, fiber_last_error()));
     else if (rc == 0 && hdr.type != FB_MSG_WELCOME)
         rc = fb_err(FIBER_EAUTH, "blob server %s refused us", addr);
     if (rc)
         fb_conn_close(c);
+    return rc;
+}
+
+/* Dials addr and proves who we are (HELLO, WELCOME); dials again while
+ * the server cuts us before answering and the deadline allows (a server
+ * over max_pending_connections closes its oldest waiting connection:
+ * hundreds of workers fetching at once on few cores).  Returns 0 or a
+ * code with a message. */
+static int dial(struct fb_conn *c, const char *addr, uint64_t deadline)
+{
+    unsigned attempt = 0;
+    int rc;
+    while ((rc = dial_once(c, addr, deadline)) == FIBER_ECLOSED &&
+           fb_dial_again(&attempt, deadline))
+        fb_log_info("blob server %s cut the handshake (%s); dialing again",
+                    addr, fiber_last_error());
     return rc;
 }
 

@@ -527,12 +527,18 @@ static void on_conn(struct fb_oserve *s, struct fb_sconn *c, uint32_t events)
         conn_drop(s, c);
 }
 
-/* Accepts what is pending, after a batch of events (see conn_add). */
+/* Accepts what the gate has room for, after a batch of events (see
+ * conn_add, fb_gate_room); the rest wait in the listen backlog for the
+ * next batch (the listener stays readable). */
 static void accept_all(struct fb_oserve *s)
 {
     int fd;
-    while (fb_sock_accept(s->l.listen_fd, &fd) == 0)
+    int room = fb_gate_room(&s->gate);
+    for (int i = 0; i < 64 && i < room; i++) {
+        if (fb_sock_accept(s->l.listen_fd, &fd) != 0)
+            return;
         conn_add(s, fd);
+    }
 }
 
 static void *serve_main(void *arg)

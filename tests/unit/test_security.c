@@ -383,6 +383,35 @@ TEST(blob_server_keeps_at_most_max_pending_strangers)
     CHECK_OK(fiber_object_release(&r));
 }
 
+/* A burst of real children, many more than max_pending_connections,
+ * dials the master and then the blob server at once: every one starts and
+ * gets the object.  A server accepts no more than the gate has room for
+ * between two batches of events, so HELLOs already sent are read before
+ * newer connections push them out; a child cut anyway dials again
+ * (fb_dial_again).  Before, children exited with status 122 (cut before
+ * WELCOME) and a fetch failed with "closed the connection". */
+TEST(a_burst_of_real_children_over_max_pending_connections_all_get_in)
+{
+    enum { N = 32 };
+    CHECK_OK(fiber_config_set("max_pending_connections", "2"));
+    static char blob[200007];
+    memset(blob, 7, sizeof blob);
+    fiber_ref r;
+    CHECK_OK(fiber_object_put(blob, sizeof blob, &r));
+    fiber_process *ps[N];
+    for (int i = 0; i < N; i++)
+        CHECK_OK(fiber_process_start(&ps[i], "object_len", &r, sizeof r,
+                                     NULL));
+    for (int i = 0; i < N; i++) {
+        CHECK_OK(fiber_process_join(ps[i], 60000));
+        int code;
+        CHECK_OK(fiber_process_exitcode(ps[i], &code));
+        CHECK_EQ(code, (int)sizeof blob);
+        fiber_process_free(ps[i]);
+    }
+    CHECK_OK(fiber_object_release(&r));
+}
+
 /* The blob server drops a stranger that stays silent past
  * connect_timeout_ms, as the master does. */
 TEST(blob_server_drops_silent_peers_after_the_deadline)
