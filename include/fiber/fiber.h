@@ -852,9 +852,18 @@ FIBER_API int fiber_object_put(const void *data, size_t len, fiber_ref *ref);
 FIBER_API int fiber_object_get(const fiber_ref *ref, const void **data,
                                size_t *len);
 
+/* In a child: as fiber_object_get, but the bytes stay valid until this
+ * process calls fiber_object_release(ref), also when called inside a pool
+ * task: for values that outlive the task (a binding's arrays that view the
+ * bytes, cached from task to task).  Each hold needs its release.  In the
+ * master: FIBER_ESTATE (its blobs live while fiber_object_put's
+ * references do: read them with fiber_object_get). */
+FIBER_API int fiber_object_hold(const fiber_ref *ref, const void **data,
+                                size_t *len);
+
 /* In the master: drops one reference that fiber_object_put counted.  In a
- * child: unpins what fiber_object_get pinned outside a task (the blob
- * stays cached until evicted).  Returns 0, FIBER_EINVAL or FIBER_ENOKEY
+ * child: unpins what fiber_object_get pinned outside a task, or what
+ * fiber_object_hold pinned (the blob stays cached until evicted).  Returns 0, FIBER_EINVAL or FIBER_ENOKEY
  * (nothing to release). */
 FIBER_API int fiber_object_release(const fiber_ref *ref);
 

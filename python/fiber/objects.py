@@ -21,8 +21,12 @@ manager value.  ``ref.get()`` resolves it: in the master, the object that
 was put (no copy); in another process, the blob is fetched once (mapped
 from the master's shared memory on one host, or relayed between workers
 across hosts) and unpickled once, with the arrays as read-only views of
-the fetched bytes, then cached in that process, so every later task of the
-same worker gets the same object at no cost.  Treat a shared value as
+the fetched bytes (the C store's own copy, held while the value lives: on
+the master's host every worker views the same pages, nothing is copied),
+then cached in that process, so every later task of the same worker gets
+the same object at no cost.  A process caches at most CACHE_OBJECTS (16)
+values and object_cache_mb of blobs, least recently used going first (a
+value still referenced elsewhere stays valid).  Treat a shared value as
 read-only: its arrays are (numpy raises on a write).
 
 Lifetime: the value lives until the master calls ``ref.release()`` (or
@@ -51,6 +55,10 @@ _lock = threading.Lock()
 _held = {}
 _cache = collections.OrderedDict()   # key -> (object, blob bytes)
 _cache_bytes = 0
+# An ES run puts a new policy each iteration: the values a worker no
+# longer uses must not pile up until object_cache_mb (each held blob is
+# also a pin that keeps the C store from evicting it).
+CACHE_OBJECTS = 16
 
 
 def _encode(obj):
@@ -126,7 +134,8 @@ def _resolve(key):
             _cache[key] = (obj, len(blob))
             _cache_bytes += len(blob)
             limit = _cache_limit()
-            while _cache_bytes > limit and len(_cache) > 1:
+            while len(_cache) > 1 and (_cache_bytes > limit or
+                                       len(_cache) > CACHE_OBJECTS):
                 _, (_, size) = _cache.popitem(last=False)
                 _cache_bytes -= size
         return _cache[key][0]

@@ -6,10 +6,15 @@
  *
  * object_put takes any C-contiguous buffer or a sequence of them (the
  * pickle and the out-of-band buffers of one object), joined into the
- * store with one copy per byte.  object_get returns a bytes object: a
- * copy of the blob, made while libfiber pins it, so the Python value
- * never points into memory that libfiber may unmap (a blob read inside a
- * pool task is pinned only until the task returns).
+ * store with one copy per byte.  In a child, object_get returns a Blob:
+ * a read-only buffer over libfiber's own copy of the blob (on the
+ * master's host, the master's shared memory mapped), held with
+ * fiber_object_hold and released when the Blob goes, so the Python value
+ * and every array that views it never point into memory that libfiber
+ * may unmap, and nothing is copied: 256 workers resolving a 400 KB
+ * policy no longer make 256 private copies of it.  In the master it
+ * returns a bytes copy (the master's blobs live while put's references
+ * do, which a Python value must not depend on).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -95,15 +100,58 @@ static PyObject *py_object_put(PyObject *self, PyObject *parts)
     return PyBytes_FromStringAndSize((const char *)ref.bytes, FIBER_REF_LEN);
 }
 
-/* object_get(ref, unpin) -> bytes: the blob, copied.  unpin: release the
- * pin fiber_object_get takes outside a task once copied (children; the
- * master's release would drop a reference that put counted). */
+/* ---- Blob: a held blob as a read-only buffer ------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    fiber_ref ref;
+    const void *data;
+    Py_ssize_t len;
+    int held;      /* one fiber_object_hold to release */
+} FbpBlob;
+
+static int blob_getbuffer(PyObject *o, Py_buffer *view, int flags)
+{
+    FbpBlob *b = (FbpBlob *)o;
+    /* read-only: the arrays that view it refuse writes */
+    return PyBuffer_FillInfo(view, o, (void *)b->data, b->len, 1, flags);
+}
+
+static void blob_dealloc(PyObject *o)
+{
+    FbpBlob *b = (FbpBlob *)o;
+    if (b->held)
+        (void)fiber_object_release(&b->ref); /* a lock, no wait */
+    Py_TYPE(o)->tp_free(o);
+}
+
+static Py_ssize_t blob_length(PyObject *o)
+{
+    return ((FbpBlob *)o)->len;
+}
+
+static PyBufferProcs blob_as_buffer = {blob_getbuffer, NULL};
+static PySequenceMethods blob_as_sequence = {.sq_length = blob_length};
+
+static PyTypeObject FbpBlobType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "fiber._fiber.Blob",
+    .tp_basicsize = sizeof(FbpBlob),
+    .tp_dealloc = blob_dealloc,
+    .tp_as_buffer = &blob_as_buffer,
+    .tp_as_sequence = &blob_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A shared object's bytes held in this process (read-only "
+              "buffer); released when the last reference goes.",
+};
+
+/* object_get(ref, child=False) -> Blob (child: the bytes in place, held
+ * until the Blob goes) or bytes (the master: a copy). */
 static PyObject *py_object_get(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *refobj;
-    int unpin = 0;
-    if (!PyArg_ParseTuple(args, "O|p", &refobj, &unpin))
+    int child = 0;
+    if (!PyArg_ParseTuple(args, "O|p", &refobj, &child))
         return NULL;
     fiber_ref ref;
     if (ref_of(refobj, &ref) != 0)
@@ -112,6 +160,22 @@ static PyObject *py_object_get(PyObject *self, PyObject *args)
     size_t len = 0;
     int rc;
     char msg[1024] = "";
+    if (child) {
+        FbpBlob *b = PyObject_New(FbpBlob, &FbpBlobType);
+        if (!b)
+            return NULL;
+        b->held = 0;
+        b->ref = ref;
+        FBP_CALL(rc, msg, fiber_object_hold(&ref, &data, &len));
+        if (rc) {
+            Py_DECREF(b);
+            return fbp_raise(rc, msg);
+        }
+        b->held = 1;
+        b->data = data;
+        b->len = (Py_ssize_t)len;
+        return (PyObject *)b;
+    }
     FBP_CALL(rc, msg, fiber_object_get(&ref, &data, &len));
     if (rc)
         return fbp_raise(rc, msg);
@@ -120,8 +184,6 @@ static PyObject *py_object_get(PyObject *self, PyObject *args)
         char *dst = PyBytes_AS_STRING(out);
         FB_NOGIL(memcpy(dst, data, len));
     }
-    if (unpin)
-        (void)fiber_object_release(&ref); /* FIBER_ENOKEY in a task: fine */
     return out;
 }
 
@@ -169,7 +231,8 @@ static PyMethodDef object_methods[] = {
      "object_put(buffer or [buffers]) -> ref: the bytes, joined, into the "
      "run's object store (master only)."},
     {"object_get", py_object_get, METH_VARARGS,
-     "object_get(ref, unpin=False) -> bytes: a copy of the blob."},
+     "object_get(ref, child=False) -> a Blob over the bytes, held until it "
+     "goes (child), or a bytes copy (the master)."},
     {"object_release", py_object_release, METH_O,
      "object_release(ref): drops a reference object_put counted."},
     {"object_stats", py_object_stats, METH_NOARGS,
@@ -179,7 +242,8 @@ static PyMethodDef object_methods[] = {
 
 int fbp_object_init(PyObject *m)
 {
-    if (PyModule_AddFunctions(m, object_methods) != 0)
+    if (PyType_Ready(&FbpBlobType) < 0 ||
+        PyModule_AddFunctions(m, object_methods) != 0)
         return -1;
     return PyModule_AddIntConstant(m, "REF_LEN", FIBER_REF_LEN);
 }

@@ -187,3 +187,29 @@ if __name__ == "__main__":
 """, env={"FIBER_MAX_PENDING_CONNECTIONS": "2"}, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split()[0] == "ok"
+
+
+def held_view(theta, i):
+    # The array's memory: a view of the Blob the C store holds, not a copy.
+    from fiber import objects
+    base = theta
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    owner = base.obj if isinstance(base, memoryview) else base
+    return (type(owner).__name__, float(theta[i]), len(objects._cache))
+
+
+def test_workers_view_the_stores_bytes_and_keep_a_bounded_cache():
+    # A new value each round, as an ES run's policy: a worker views the C
+    # store's copy (on this host, the master's shared memory) instead of
+    # copying it, and keeps at most CACHE_OBJECTS values (before: every
+    # value of the run, copied, up to object_cache_mb per worker: 256
+    # workers of es_shape grew by 100 MB an iteration).
+    from fiber import objects
+    rounds = objects.CACHE_OBJECTS + 8
+    with fiber.Pool(1) as pool:
+        for r in range(rounds):
+            theta = np.full(100_000, r, dtype=np.float32)
+            owner, value, cached = pool.apply(held_view, (7,), shared=theta)
+            assert owner == "Blob" and value == float(r)
+            assert cached == min(r + 1, objects.CACHE_OBJECTS)

@@ -341,6 +341,7 @@ FIBER_API int fiber_object_release(const fiber_ref *ref)
         }
     } else if (b->outer_pins > 0) {
         b->outer_pins--;
+        evict(); /* it may have held the cache over its budget */
     } else {
         rc = FIBER_ENOKEY;
     }
@@ -426,10 +427,11 @@ void fb_objects_task_end(void)
 }
 
 /* Lock held.  Pins b for the running task, or for the caller until
- * fiber_object_release outside a task.  Returns 0 or FIBER_ENOMEM. */
-static int pin_for_caller(struct fb_blob *b)
+ * fiber_object_release outside a task or when held (fiber_object_hold).
+ * Returns 0 or FIBER_ENOMEM. */
+static int pin_for_caller(struct fb_blob *b, int hold)
 {
-    if (!in_task) {
+    if (!in_task || hold) {
         b->outer_pins++;
         return 0;
     }
@@ -787,20 +789,23 @@ static int fetch_into_cache(const uint8_t *ref)
     return rc;
 }
 
-FIBER_API int fiber_object_get(const fiber_ref *ref, const void **data,
-                               size_t *len)
+static int object_get(const fiber_ref *ref, const void **data, size_t *len,
+                      int hold)
 {
     if (!ref || !data || !len)
         return fb_err(FIBER_EINVAL, "fiber_object_get: an argument is NULL");
     if (!fb_rt()->initialized)
         return fb_err(FIBER_ENOTINIT, "fiber_init() has not been called");
     int master = fb_rt_is_master();
+    if (master && hold)
+        return fb_err(FIBER_ESTATE, "fiber_object_hold is for children: the "
+                      "master reads its blobs with fiber_object_get");
     for (int pass = 0; pass < 2; pass++) {
         fb_blobs_lock();
         struct fb_blob *b = fb_blob_find(ref->bytes);
         if (b && !master && pass == 0)
             stats.cache_hits++;
-        int rc = b && !master ? pin_for_caller(b) : 0;
+        int rc = b && !master ? pin_for_caller(b, hold) : 0;
         if (b && !master)
             lru_touch(b);
         if (b && rc == 0) {
@@ -819,6 +824,18 @@ FIBER_API int fiber_object_get(const fiber_ref *ref, const void **data,
     }
     return fb_err(FIBER_ENOKEY, "the shared object was evicted as soon as "
                   "it came: object_cache_mb is too small for it");
+}
+
+FIBER_API int fiber_object_get(const fiber_ref *ref, const void **data,
+                               size_t *len)
+{
+    return object_get(ref, data, len, 0);
+}
+
+FIBER_API int fiber_object_hold(const fiber_ref *ref, const void **data,
+                                size_t *len)
+{
+    return object_get(ref, data, len, 1);
 }
 
 FIBER_API int fiber_task_shared(const void **data, size_t *len)

@@ -291,6 +291,86 @@ TEST(per_call_shared_argument)
     free(b);
 }
 
+/* fiber_object_hold in a task: what it gives outlives the task. */
+static const void *held_data;
+static size_t held_len;
+
+FIBER_TASK(obj_hold)
+{
+    fiber_ref ref;
+    if (len != sizeof ref)
+        return fiber_task_fail("obj_hold wants a ref");
+    memcpy(&ref, arg, sizeof ref);
+    if (fiber_object_hold(&ref, &held_data, &held_len) != 0)
+        return fiber_task_fail("fiber_object_hold: %s", fiber_last_error());
+    return 0;
+}
+
+/* The next task on the same worker: the held bytes' digest, then the
+ * codes of two releases (the hold's, then one too many). */
+FIBER_TASK(obj_check_held)
+{
+    fiber_ref ref;
+    if (len != sizeof ref || !held_data)
+        return fiber_task_fail("obj_check_held wants a ref and a hold");
+    memcpy(&ref, arg, sizeof ref);
+    struct digest d;
+    digest_of(held_data, held_len, &d);
+    int rc[2];
+    rc[0] = fiber_object_release(&ref);
+    rc[1] = fiber_object_release(&ref);
+    held_data = NULL;
+    if (fiber_buf_append(out, &d, sizeof d) != 0)
+        return FIBER_ENOMEM;
+    return fiber_buf_append(out, rc, sizeof rc);
+}
+
+/* A blob larger than object_cache_mb, got with fiber_object_get in a task,
+ * is evicted when the task ends; held, it stays until released, across
+ * tasks (what the Python binding's arrays rely on).  The master holds
+ * nothing: FIBER_ESTATE. */
+TEST(a_held_blob_outlives_its_task_until_released)
+{
+    enum { SIZE = 3 << 20 };
+    CHECK_OK(fiber_config_set("object_cache_mb", "1"));
+    CHECK_OK(fiber_config_set("object_shm", "0")); /* a private copy */
+    fiber_pool *p = make_pool(1);
+    unsigned char *a = pattern(SIZE, 9);
+    struct digest want;
+    digest_of(a, SIZE, &want);
+    fiber_ref r;
+    CHECK_OK(fiber_object_put(a, SIZE, &r));
+    const void *d;
+    size_t n;
+    CHECK_ERR(fiber_object_hold(&r, &d, &n), FIBER_ESTATE);
+    fiber_buf out = {0};
+    CHECK_OK(fiber_pool_apply(p, "obj_hold", &r, sizeof r, &out));
+    /* Another task first: the cache trims when a task ends. */
+    CHECK_OK(fiber_pool_apply(p, "obj_stats", "", 0, &out));
+    out.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "obj_check_held", &r, sizeof r, &out));
+    CHECK_EQ(out.len, sizeof(struct digest) + 2 * sizeof(int));
+    struct digest got;
+    int rc[2];
+    memcpy(&got, out.data, sizeof got);
+    memcpy(rc, out.data + sizeof got, sizeof rc);
+    CHECK(memcmp(got.hash, want.hash, 32) == 0);
+    CHECK_EQ(got.len, SIZE);
+    CHECK_EQ(rc[0], 0);
+    CHECK_EQ(rc[1], FIBER_ENOKEY);
+    /* The release evicted it (1 MiB budget). */
+    out.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "obj_stats", "", 0, &out));
+    fiber_object_stats st;
+    memcpy(&st, out.data, sizeof st);
+    CHECK_EQ(st.objects, 0);
+    CHECK(st.evictions >= 1);
+    fiber_buf_free(&out);
+    fiber_pool_free(p);
+    CHECK_OK(fiber_object_release(&r));
+    free(a);
+}
+
 TEST(a_released_ref_fails_to_resolve_in_a_task)
 {
     fiber_pool *p = make_pool(1);
