@@ -101,7 +101,7 @@ static void blob_free(struct fb_blob *b)
         munmap(b->data, b->len);
     else
         free(b->data);
-    if (b->shm_path[0])
+    if (b->shm_path[0] && fb_rt_is_master())
         unlink(b->shm_path); /* children's mappings stay valid */
     free(b);
 }
@@ -172,6 +172,23 @@ static void evict(void)
     }
 }
 
+/* Lock held.  Child: drops the unpinned blobs it maps from master files
+ * that are gone (the master released them), whatever the budget: an ES
+ * run puts a new policy each iteration, and the old ones would otherwise
+ * stay mapped, on every worker, until object_cache_mb.  Called when a
+ * blob arrives: one access() per such blob. */
+static void drop_released(void)
+{
+    for (struct fb_blob *b = lru_head, *next; b; b = next) {
+        next = b->lru_next;
+        if (b->mapped && b->shm_path[0] && b->pins == 0 &&
+            b->outer_pins == 0 && access(b->shm_path, F_OK) != 0) {
+            blob_free(b);
+            stats.evictions++;
+        }
+    }
+}
+
 static void make_ref(const void *data, size_t len, uint8_t ref[FB_WIRE_REF_LEN])
 {
     crypto_generichash(ref, 32, data, len, NULL, 0);
@@ -221,7 +238,8 @@ static void unlink_shm(struct fb_blob *b, void *arg)
 {
     (void)arg;
     if (b->shm_path[0]) {
-        unlink(b->shm_path);
+        if (fb_rt_is_master()) /* a child's path names the master's file */
+            unlink(b->shm_path);
         b->shm_path[0] = '\0';
     }
 }
@@ -522,6 +540,7 @@ struct answer {
     int done;               /* the bytes are all in buf */
     char from[FB_WIRE_ADDR_MAX + 1]; /* OBJ_FROM: ask there */
     uint8_t *map;           /* OBJ_FILE: the master's copy, mapped */
+    char file[128];         /* OBJ_FILE: its path ("" if longer) */
     int none;               /* OBJ_NONE: the server has no such blob */
 };
 
@@ -583,6 +602,8 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t **buf,
             fb_wire_get_obj_file(p, h.len, &s, &n, NULL, 0);
             memcpy(path, s, n);
             path[n] = '\0';
+            if (n < sizeof a->file)
+                memcpy(a->file, path, n + 1);
             return map_file(path, len, &a->map);
         }
         if (h.type == FB_MSG_OBJ_NONE) {
@@ -687,7 +708,7 @@ static int start_relay(void)
  * maps the master's copy (*mapped = 1; not hashed again: those bytes
  * never left the master's file).  fetch_mu held. */
 static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
-                 int *mapped)
+                 int *mapped, char file[128])
 {
     *mapped = 0;
     uint8_t *buf = NULL;
@@ -710,6 +731,7 @@ static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
             free(buf);
             *out = a.map;
             *mapped = 1;
+            memcpy(file, a.file, sizeof a.file);
             return 0;
         }
         if (a.done) {
@@ -748,9 +770,10 @@ static int fetch_into_cache(const uint8_t *ref)
     char from[FB_WIRE_ADDR_MAX + 1] = "";
     size_t len = (size_t)ref_len(ref);
     int mapped = 0;
+    char file[128] = "";
     uint64_t t0 = fb_now_ns();
     if (!have)
-        rc = fetch(ref, len, &data, from, &mapped);
+        rc = fetch(ref, len, &data, from, &mapped, file);
     if (!have && rc == 0)
         fb_log_debug("shared object of %zu bytes %s %s in %.1f ms", len,
                      mapped ? "mapped" : "fetched from",
@@ -761,11 +784,14 @@ static int fetch_into_cache(const uint8_t *ref)
         struct fb_blob *b = blob_add(ref, data, len);
         if (b) {
             b->mapped = mapped;
-            if (mapped)
+            if (mapped) {
                 stats.shm_bytes += len;
+                memcpy(b->shm_path, file, sizeof file);
+            }
             lru_touch(b);
             stats.fetches++;
             b->pins++; /* evict() must not take it before the caller pins */
+            drop_released();
             evict();
             b->pins--;
         }

@@ -48,7 +48,8 @@ struct fb_blob {
     int outer_pins;  /* child: fiber_object_get outside a task */
     int mapped;      /* data is a read-only (child) or shared (master)
                         mapping of shm_path: munmap, not free */
-    char shm_path[128]; /* master: the file same-host children map */
+    char shm_path[128]; /* master: the file same-host children map;
+                           child: the master's file it maps ("" if sent) */
     struct fb_blob *hnext;
     struct fb_blob *lru_prev, *lru_next; /* child: oldest use first */
     /* master: the directory */

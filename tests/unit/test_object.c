@@ -371,6 +371,40 @@ TEST(a_held_blob_outlives_its_task_until_released)
     free(a);
 }
 
+/* A worker maps each new blob from the master's file; one the master
+ * released (its file gone) is dropped when the next arrives, whatever
+ * object_cache_mb allows: an ES run's old policies do not stay mapped on
+ * every worker. */
+TEST(a_worker_drops_mapped_blobs_the_master_released)
+{
+    skip_unless_unix();
+    enum { SIZE = 500000, ROUNDS = 5 };
+    fiber_pool *p = make_pool(1);
+    fiber_buf out = {0};
+    for (unsigned i = 0; i < ROUNDS; i++) {
+        unsigned char *a = pattern(SIZE, 20 + i);
+        fiber_ref r;
+        CHECK_OK(fiber_object_put(a, SIZE, &r));
+        out.len = 0;
+        CHECK_OK(fiber_pool_apply(p, "obj_digest", &r, sizeof r, &out));
+        struct digest want, got;
+        digest_of(a, SIZE, &want);
+        memcpy(&got, out.data, sizeof got);
+        CHECK(memcmp(got.hash, want.hash, 32) == 0);
+        CHECK_OK(fiber_object_release(&r));
+        free(a);
+    }
+    out.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "obj_stats", "", 0, &out));
+    fiber_object_stats st;
+    memcpy(&st, out.data, sizeof st);
+    CHECK_EQ(st.fetches, ROUNDS);
+    CHECK_EQ(st.objects, 1);        /* the last one, released after */
+    CHECK_EQ(st.evictions, ROUNDS - 1);
+    fiber_buf_free(&out);
+    fiber_pool_free(p);
+}
+
 TEST(a_released_ref_fails_to_resolve_in_a_task)
 {
     fiber_pool *p = make_pool(1);
