@@ -20,7 +20,8 @@ for the next iteration.
   worker fetches it once per iteration.
 
 Per configuration: median seconds per iteration over --iterations (after
-one untimed iteration that starts the workers), the master's CPU seconds
+one untimed iteration that starts the workers; the policy changes every
+iteration, so each worker fetches it again), the master's CPU seconds
 per iteration (this process's user+system time, its C threads included),
 the ideal (pairs x episode / workers), and the workers' start-up time (the
 pool created until every worker has run a first task).  Last line: one
@@ -107,7 +108,11 @@ def run_config(kind, workers, a):
                                chunksize=1)
             w1, c1 = time.perf_counter(), time.process_time()
             assert len(out) == a.pairs
-            theta = theta + np.float32(0.01) * np.float32(out[0][0] > 0)
+            # A new policy every iteration, as ES makes (before 2026-12-06
+            # it changed only when out[0][0] > 0, and shared objects were
+            # then reused from the workers' caches half the time).
+            theta = theta + np.float32(0.01) * np.float32(
+                1.0 if out[0][0] > 0 else -1.0)
             if it > 0:
                 seconds.append(w1 - w0)
                 cpu.append(c1 - c0)
