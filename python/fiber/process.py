@@ -59,7 +59,7 @@ class Process:
         self._target = target
         self._args = tuple(args)
         self._kwargs = dict(kwargs or {})
-        self._name = name or "Process-%d" % next(_counter)
+        self._name = name or "%s-%d" % (type(self).__name__, next(_counter))
         self._daemon = bool(daemon) if daemon is not None else False
         self._handle = None
         self._closed = False

@@ -99,7 +99,7 @@ class Hello(fiber.Process):
         super().__init__()
         self.q = q
     def run(self):
-        self.q.put("ran " + type(self).__name__)
+        self.q.put("ran " + type(self).__name__ + " as " + self.name)
 if __name__ == "__main__":
     q = fiber.Queue()
     p = Hello(q)
@@ -107,9 +107,13 @@ if __name__ == "__main__":
     print(q.get(timeout=30))
     p.join()
     print("exit", p.exitcode)
+    print(p.name, fiber.Process(target=print).name)
 ''')
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:2] == ["ran Hello", "exit 0"]
+    # Named after its class, as multiprocessing names it: Hello-1.
+    out = r.stdout.split("\n")
+    assert out[:2] == ["ran Hello as Hello-1", "exit 0"], out
+    assert out[2] == "Hello-1 Process-2", out
 
 
 def test_main_script_functions_work_and_main_block_runs_once(script):
