@@ -9,9 +9,16 @@ A task (master to worker)::
 
 An answer (worker to master)::
 
-    "FPR1" status:u8 0:u8 0:u16 body_len:u32 nbufs:u32
+    "FPR1" status:u8 form:u8 0:u16 body_len:u32 nbufs:u32
     body   (the pickled value, or for status ERROR (exception, traceback text))
     nbufs x len:u64, then the buffers
+
+form 0: the body is a pickle.  A chunk's results that are all ints that
+fit in 64 bits (form 1) or all floats (form 2) travel packed instead, as
+body_len / 8 little-endian int64s or float64s, with no buffer: the worker
+packs them and the master makes the list with no pickle opcode between
+(int and float exactly: a bool, an IntEnum or a float subclass is
+pickled).
 
 Pickles use protocol 5: a buffer of OOB_MIN bytes or more (a numpy array's
 data) travels out of band, copied once into the message instead of once
@@ -41,6 +48,8 @@ F_RETRY = 2  # Pool(error_handling=True): a task that raises ends its worker
 
 OK = 0
 ERROR = 1
+
+FORM_PICKLE, FORM_INT64S, FORM_FLOAT64S = 0, 1, 2
 
 OOB_MIN = 1 << 16
 
@@ -226,11 +235,18 @@ class RemoteTraceback(Exception):
 def _decode_py(data):
     """The value an answer holds; raises the task's exception, with the
     worker's traceback attached as its __cause__."""
-    magic, status, _, _, blen, nbufs = _ANSWER.unpack_from(data, 0)
+    magic, status, form, _, blen, nbufs = _ANSWER.unpack_from(data, 0)
     if magic != ANSWER_MAGIC:
         raise ValueError("not a fiber Python answer (bad magic %r)" % magic)
     off = _ANSWER.size
     view = memoryview(data)
+    if form != FORM_PICKLE:
+        if status != OK or nbufs or blen % 8 or form not in (
+                FORM_INT64S, FORM_FLOAT64S) or off + blen > len(view):
+            raise ValueError("a malformed packed answer (form %d, %d bytes)"
+                             % (form, blen))
+        code = "q" if form == FORM_INT64S else "d"
+        return list(struct.unpack_from("<%d%s" % (blen // 8, code), view, off))
     bufs, _ = _unpack_bufs(view, off + blen, nbufs) if nbufs else ((), 0)
     obj = pickle.loads(view[off:off + blen], buffers=bufs)
     if status == OK:

@@ -24,7 +24,11 @@
 #include "binding.h"
 
 #define TASK_HEAD 20   /* "FPY1" kind flags 0:u16 func_len body_len nbufs */
-#define ANSWER_HEAD 16 /* "FPR1" status 0 0:u16 body_len nbufs */
+#define ANSWER_HEAD 16 /* "FPR1" status form 0:u16 body_len nbufs */
+
+/* An answer's form: a pickle, or a chunk's results packed (ints that fit
+ * in 64 bits, or floats), 8 bytes each (fiber._envelope's docstring). */
+enum { FORM_PICKLE = 0, FORM_INT64S = 1, FORM_FLOAT64S = 2 };
 #define OOB_MIN (1 << 16)
 
 enum { K_CALL = 0, K_ONE = 1, K_STAR = 2, K_INIT = 3, K_PROC = 4, K_CHUNK = 5 };
@@ -275,8 +279,32 @@ static PyObject *py_task_envelopes(PyObject *self, PyObject *args)
 
 /* ---- reading answers -------------------------------------------------- */
 
+/* The list a packed answer holds (blen bytes of form at p). */
+static PyObject *unpack_list(const char *p, Py_ssize_t blen, int form)
+{
+    Py_ssize_t n = blen / 8;
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        uint64_t bits = get_u64(p + 8 * i);
+        PyObject *v;
+        if (form == FORM_INT64S) {
+            v = PyLong_FromLongLong((long long)bits);
+        } else {
+            double d;
+            memcpy(&d, &bits, sizeof d);
+            v = PyFloat_FromDouble(d);
+        }
+        if (!v)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
 /* The value of an answer that holds a value and no out-of-band buffer;
- * NULL without an exception for any other answer (the slow path). */
+ * NULL without an exception for any other answer (the slow path, which
+ * also names a malformed packed answer). */
 static PyObject *decode_fast(PyObject *data)
 {
     if (!PyBytes_Check(data))
@@ -286,6 +314,12 @@ static PyObject *decode_fast(PyObject *data)
     if (n < ANSWER_HEAD || memcmp(p, "FPR1", 4) != 0 || p[4] != 0 ||
         get_u32(p + 12) != 0 || (Py_ssize_t)get_u32(p + 8) > n - ANSWER_HEAD)
         return NULL;
+    if (p[5] != FORM_PICKLE) {
+        Py_ssize_t blen = (Py_ssize_t)get_u32(p + 8);
+        if ((p[5] != FORM_INT64S && p[5] != FORM_FLOAT64S) || blen % 8)
+            return NULL;
+        return unpack_list(p + ANSWER_HEAD, blen, p[5]);
+    }
     PyObject *mv = PyMemoryView_FromMemory((char *)p + ANSWER_HEAD,
                                            (Py_ssize_t)get_u32(p + 8),
                                            PyBUF_READ);
@@ -513,6 +547,56 @@ static int take_bytes(PyObject *ans, fiber_buf *out)
     return rc ? -1 : 0;
 }
 
+/* Writes a chunk's results packed (FORM_INT64S or FORM_FLOAT64S) when
+ * every one is an exact int that fits in 64 bits, or every one an exact
+ * float.  Returns 1 when written, 0 when they are not (nothing written),
+ * -1 out of memory. */
+static int answer_packed(PyObject *list, fiber_buf *out)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n == 0 || (size_t)n > UINT32_MAX / 8)
+        return 0;
+    PyObject *first = PyList_GET_ITEM(list, 0);
+    int form = PyLong_CheckExact(first)    ? FORM_INT64S
+               : PyFloat_CheckExact(first) ? FORM_FLOAT64S
+                                           : FORM_PICKLE;
+    if (form == FORM_PICKLE)
+        return 0;
+    size_t total = ANSWER_HEAD + 8 * (size_t)n;
+    if (fiber_buf_reserve(out, total) != 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    char *p = (char *)out->data + out->len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(list, i);
+        uint64_t bits;
+        if (form == FORM_INT64S) {
+            int overflow;
+            if (!PyLong_CheckExact(v))
+                return 0;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow)
+                return 0;
+            bits = (uint64_t)x;
+        } else {
+            if (!PyFloat_CheckExact(v))
+                return 0;
+            double d = PyFloat_AS_DOUBLE(v);
+            memcpy(&bits, &d, sizeof bits);
+        }
+        put_u64(p + ANSWER_HEAD + 8 * i, bits);
+    }
+    memcpy(p, "FPR1", 4);
+    p[4] = 0;
+    p[5] = (char)form;
+    p[6] = p[7] = 0;
+    put_u32(p + 8, (uint32_t)(8 * n));
+    put_u32(p + 12, 0);
+    out->len += total;
+    return 1;
+}
+
 /* Writes value's answer into out; a value that does not pickle is
  * answered by the Python helper (which says so in a PicklingError). */
 static int answer_value(PyObject *value, PyObject *func, fiber_buf *out)
@@ -591,7 +675,11 @@ int fbp_envelope_run(const void *arg, size_t len, fiber_buf *out)
     Py_DECREF(body);
     int rc;
     if (value) {
-        rc = answer_value(value, func, out);
+        rc = kind == K_CHUNK ? answer_packed(value, out) : 0;
+        if (rc == 0)
+            rc = answer_value(value, func, out);
+        else if (rc == 1)
+            rc = 0;
         Py_DECREF(value);
     } else {
         PyObject *type, *exc, *tb;

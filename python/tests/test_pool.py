@@ -596,6 +596,45 @@ def test_c_decoder_reads_what_the_python_one_does():
     with pytest.raises(ValueError, match="from a task"):
         fiber.pool._fiber.decode_answers(answers + [err],
                                          fiber.pool._decode_slow)
+    # Packed answers (a chunk's ints or floats): both decoders read them,
+    # and both name a malformed one.
+    import math
+    import struct
+    ints = [0, -1, 2 ** 63 - 1, -2 ** 63, 12345]
+    floats = [1.5, -0.0, float("inf"), 1e-300]
+
+    def packed(form, code, values):
+        body = struct.pack("<%d%s" % (len(values), code), *values)
+        return struct.pack("<4sBBHII", b"FPR1", 0, form, 0, len(body),
+                           0) + body
+    for ans, want in ((packed(1, "q", ints), ints),
+                      (packed(2, "d", floats), floats)):
+        for got in (env.decode(ans), env._decode_py(ans)):
+            assert got == want
+            assert [type(x) for x in got] == [type(x) for x in want]
+            assert math.copysign(1, got[1]) == math.copysign(1, want[1])
+    nan = env.decode(packed(2, "d", [float("nan")]))[0]
+    assert math.isnan(nan)
+    assert fiber.pool._fiber.decode_chunks(
+        [packed(1, "q", [1, 2]), env.answer_ok([3]), packed(2, "d", [4.0])],
+        fiber.pool._decode_slow) == [1, 2, 3, 4.0]
+    for bad in (packed(3, "q", [1]), packed(1, "q", [1])[:-1],
+                packed(1, "q", [1])[:16] + bytes(5)):
+        with pytest.raises(ValueError):
+            env.decode(bad)
+
+
+def test_a_chunks_results_come_back_as_they_were(pool):
+    # Ints and floats travel packed; anything else (a bool, an IntEnum
+    # such as signal.SIGTERM, an int past 64 bits, a mix) is pickled, as
+    # before.
+    cases = [list(range(-5, 3000)), [0.5 * i for i in range(3000)],
+             [True, False, 1], [2 ** 64, 1], [1, 2.5], [2.5, 1],
+             [signal.SIGTERM, 1], [float("nan")] * 3]
+    for items in cases:
+        got = pool.map(helpers.noop, items, chunksize=len(items))
+        assert [type(x) for x in got] == [type(x) for x in items], items
+        assert [repr(x) for x in got] == [repr(x) for x in items]
 
 
 def test_tasks_run_in_c_as_they_did_in_python(pool):

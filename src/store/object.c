@@ -176,13 +176,20 @@ static void evict(void)
  * that are gone (the master released them), whatever the budget: an ES
  * run puts a new policy each iteration, and the old ones would otherwise
  * stay mapped, on every worker, until object_cache_mb.  Called when a
- * blob arrives: one access() per such blob. */
+ * blob arrives: one access() for each of at most DROP_LOOKS such blobs,
+ * least recently used first (a worker caching thousands of small objects
+ * pays a bounded cost per arrival). */
+#define DROP_LOOKS 64
 static void drop_released(void)
 {
-    for (struct fb_blob *b = lru_head, *next; b; b = next) {
+    int looks = 0;
+    for (struct fb_blob *b = lru_head, *next; b && looks < DROP_LOOKS;
+         b = next) {
         next = b->lru_next;
-        if (b->mapped && b->shm_path[0] && b->pins == 0 &&
-            b->outer_pins == 0 && access(b->shm_path, F_OK) != 0) {
+        if (!b->mapped || !b->shm_path[0] || b->pins || b->outer_pins)
+            continue;
+        looks++;
+        if (access(b->shm_path, F_OK) != 0) {
             blob_free(b);
             stats.evictions++;
         }
