@@ -579,9 +579,10 @@ class Pool:
             return True
         # As multiprocessing's join, every imap's inputs run before it
         # returns, read or not: each stream is fed to its end and its
-        # results kept for the iterator.
+        # results kept for the iterator (not after terminate(), which
+        # drops what has not run).
         deadline = None if timeout is None else time.monotonic() + timeout
-        for it in list(self._imaps):
+        for it in list(self._imaps) if self._state != TERMINATE else ():
             left = None if deadline is None else \
                 max(0.0, deadline - time.monotonic())
             if not it._drain(left):
@@ -783,7 +784,10 @@ class IMapIterator:
         with self._lock:
             self._draining = True
             while True:
-                self._fill()
+                try:
+                    self._fill()
+                except _fiber.FiberError:
+                    return True   # the pool failed: next() raises it
                 if self._taken == self._put:   # nothing out
                     if self._exhausted:
                         return True

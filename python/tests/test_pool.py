@@ -799,6 +799,16 @@ def test_join_runs_every_imap_input_before_it_returns_as_multiprocessing():
     assert all(r[0] == "TypeError" for r in want[4][:300])
 
 
+def test_join_after_terminate_does_not_feed_an_unread_imap():
+    pool = fiber.Pool(2)
+    it = pool.imap(helpers.square, range(1000))
+    assert next(it) == 0   # one taken: the window has room for one more
+    pool.terminate()
+    assert pool.join() is True   # (it raised ClosedError from the feed)
+    with pytest.raises(fiber.ClosedError):
+        list(it)
+
+
 def test_join_with_a_timeout_gives_up_on_an_imap_still_running():
     pool = fiber.Pool(1)
     try:
