@@ -108,7 +108,8 @@ static void evict_oldest(struct fb_gate *g)
 int fb_gate_room(const struct fb_gate *g)
 {
     int cap = g->cap ? g->cap : fb_net_config()->max_pending_connections;
-    return g->n < cap ? cap - g->n : 1;
+    int room = g->n < cap ? cap - g->n : 1;
+    return room < FB_GATE_ACCEPT_BATCH ? room : FB_GATE_ACCEPT_BATCH;
 }
 
 void fb_gate_add(struct fb_gate *g, struct fb_gate_peer *p,

@@ -645,7 +645,7 @@ static int run_timers(struct fb_objsrv *s)
 static void accept_all(struct fb_objsrv *s)
 {
     int room = fb_gate_room(&s->gate);
-    for (int i = 0; i < 64 && i < room; i++) {
+    for (int i = 0; i < room; i++) {
         int fd;
         int rc = fb_sock_accept(s->l.listen_fd, &fd);
         if (rc != 0)

@@ -155,7 +155,7 @@ uint64_t fb_rt_refused_peers(void)
 static void accept_peers(void)
 {
     int room = fb_gate_room(&R->gate);
-    for (int i = 0; i < 64 && i < room; i++) {
+    for (int i = 0; i < room; i++) {
         int fd;
         int rc = fb_sock_accept(R->listen_fd, &fd);
         if (rc == 1)

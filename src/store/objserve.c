@@ -534,7 +534,7 @@ static void accept_all(struct fb_oserve *s)
 {
     int fd;
     int room = fb_gate_room(&s->gate);
-    for (int i = 0; i < 64 && i < room; i++) {
+    for (int i = 0; i < room; i++) {
         if (fb_sock_accept(s->l.listen_fd, &fd) != 0)
             return;
         conn_add(s, fd);
