@@ -138,34 +138,48 @@ static void setup_config_and_log(struct fb_runtime *rt, const struct boot *b)
 }
 
 /* Dials the master and proves who we are; returns the heartbeat interval
- * the master asked for. */
+ * the master asked for.  A master over max_pending_connections closes
+ * the connection that has waited longest: a connection cut before the
+ * answer is dialed again while connect_timeout_ms allows (fb_dial_again). */
 static uint32_t handshake(struct fb_runtime *rt, const struct boot *b,
                           struct fb_conn *c)
 {
     uint64_t deadline = fb_deadline_ms(rt->cfg.connect_timeout_ms);
-    int fd;
-    if (fb_sock_dial(b->addr, deadline, &fd) != 0)
-        die(FB_EXIT_UNREACHABLE, "cannot reach the master: %s",
-            fiber_last_error());
-    fb_conn_init(c, fd, rt->cfg.max_message_bytes);
-    if (fb_conn_secure_for(c, b->addr, FB_SEC_CLIENT, b->token) != 0)
-        die(FB_EXIT_UNREACHABLE, "cannot encrypt the connection to the "
-                                 "master: %s", fiber_last_error());
-    struct fb_msg_hello h = {.build_id = rt->build_id,
-                             .build_id_len = (uint8_t)strlen(rt->build_id),
-                             .job_id = b->job_id,
-                             .pid = (uint32_t)getpid(),
-                             .name = b->name,
-                             .name_len = (uint8_t)strlen(b->name)};
-    memcpy(h.token, b->token, sizeof h.token);
-    if (fb_wire_put_hello(fb_conn_out(c), &h) != 0 ||
-        fb_conn_flush_wait(c, deadline) != 0)
-        die(FB_EXIT_UNREACHABLE, "cannot send HELLO: %s", fb_conn_err(c));
+    unsigned attempt = 0;
     struct fb_wire_hdr hdr;
     const uint8_t *p;
-    int rc = fb_conn_recv_wait(c, &hdr, &p, deadline);
-    if (rc != 1)
+    for (;;) {
+        int fd;
+        if (fb_sock_dial(b->addr, deadline, &fd) != 0)
+            die(FB_EXIT_UNREACHABLE, "cannot reach the master: %s",
+                fiber_last_error());
+        fb_conn_init(c, fd, rt->cfg.max_message_bytes);
+        if (fb_conn_secure_for(c, b->addr, FB_SEC_CLIENT, b->token) != 0)
+            die(FB_EXIT_UNREACHABLE, "cannot encrypt the connection to the "
+                                     "master: %s", fiber_last_error());
+        struct fb_msg_hello h = {.build_id = rt->build_id,
+                                 .build_id_len = (uint8_t)strlen(rt->build_id),
+                                 .job_id = b->job_id,
+                                 .pid = (uint32_t)getpid(),
+                                 .name = b->name,
+                                 .name_len = (uint8_t)strlen(b->name)};
+        memcpy(h.token, b->token, sizeof h.token);
+        if (fb_wire_put_hello(fb_conn_out(c), &h) != 0)
+            die(FB_EXIT_UNREACHABLE, "cannot send HELLO: %s", fb_conn_err(c));
+        int sent = fb_conn_flush_wait(c, deadline);
+        int rc = sent == 0 ? fb_conn_recv_wait(c, &hdr, &p, deadline) : sent;
+        if (rc == 1)
+            break;
+        if (rc == FIBER_ECLOSED && fb_dial_again(&attempt, deadline)) {
+            fb_log_info("the master cut the handshake (%s); dialing again",
+                        fb_conn_err(c));
+            fb_conn_close(c);
+            continue;
+        }
+        if (sent != 0)
+            die(FB_EXIT_UNREACHABLE, "cannot send HELLO: %s", fb_conn_err(c));
         die(FB_EXIT_REJECTED, "no WELCOME from the master: %s", fb_conn_err(c));
+    }
     if (hdr.type == FB_MSG_REJECT) {
         struct fb_msg_text t;
         fb_wire_get_text(p, hdr.len, &t, NULL, 0);

@@ -387,7 +387,7 @@ TEST(blob_server_keeps_at_most_max_pending_strangers)
  * dials the master and then the blob server at once: every one starts and
  * gets the object.  A server accepts no more than the gate has room for
  * between two batches of events, so HELLOs already sent are read before
- * newer connections push them out; a blob fetch cut anyway dials again
+ * newer connections push them out; a child cut anyway dials again
  * (fb_dial_again).  Before, children exited with status 122 (cut before
  * WELCOME) and a fetch failed with "closed the connection". */
 TEST(a_burst_of_real_children_over_max_pending_connections_all_get_in)
