@@ -388,8 +388,16 @@ static void worker_connected(struct fiber_pool *p, struct fb_worker *w,
         .init_arg = p->init_arg,
         .init_arg_len = (uint32_t)p->init_arg_len};
     fb_pool_note(p, w);
-    if (fb_wire_put_pool(fb_conn_out(&w->conn), &m) != 0)
+    if (fb_wire_put_pool(fb_conn_out(&w->conn), &m) != 0) {
         worker_lost(p, w, fiber_last_error());
+        return;
+    }
+    /* Retired while it was starting, its job was terminated then; but a
+     * job can outrun that (a pod the kubelet starts while its deletion
+     * waits, a container created as it is stopped), and would then idle
+     * until the engine's grace ran out.  It connected: tell it too. */
+    if (w->asked_to_stop && w->stop_sent)
+        fb_wire_put_empty(fb_conn_out(&w->conn), FB_MSG_STOP, 0);
     fb_pool_note(p, w);
 }
 
@@ -863,7 +871,7 @@ static void send_stops(struct fiber_pool *p)
                 w->stop_sent = 1;
             } else if (w->state == W_STARTING) {
                 fb_rt_lock();
-                fb_rt_terminate(w->job);
+                fb_rt_terminate_unread(w->job);
                 fb_rt_unlock();
                 w->stop_sent = 1;
             }

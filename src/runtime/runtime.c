@@ -840,22 +840,25 @@ int fb_rt_launch(struct fb_jobrec **out, const char *prefix, const char *name,
     return 0;
 }
 
-int fb_rt_terminate(struct fb_jobrec *j)
+static int terminate(struct fb_jobrec *j, int slack)
 {
     if (j->ended || !j->job)
         return 0;
     int rc = fb_backend_signal_job(rt.backend, j->job, 0);
-    if (rc == 0 && j->kill_at_ms == 0) {
-        uint64_t wait = (uint64_t)rt.cfg.terminate_grace_ms;
-        if (rt.backend->ops->caps & FB_CAP_OWN_GRACE)
-            wait += FB_OWN_GRACE_SLACK_MS;
-        j->kill_at_ms = fb_now_ms() + wait;
-        if (j->kill_at_ms == 0)
-            j->kill_at_ms = 1;
+    uint64_t wait = (uint64_t)rt.cfg.terminate_grace_ms;
+    if (slack && (rt.backend->ops->caps & FB_CAP_OWN_GRACE))
+        wait += FB_OWN_GRACE_SLACK_MS;
+    uint64_t at = fb_now_ms() + wait;
+    if (rc == 0 && (j->kill_at_ms == 0 || at < j->kill_at_ms)) {
+        j->kill_at_ms = at ? at : 1;
         fb_service_wake();
     }
     return rc;
 }
+
+int fb_rt_terminate(struct fb_jobrec *j) { return terminate(j, 1); }
+
+int fb_rt_terminate_unread(struct fb_jobrec *j) { return terminate(j, 0); }
 
 void fb_rt_kick(struct fb_jobrec *j)
 {

@@ -142,9 +142,19 @@ int fb_rt_launch(struct fb_jobrec **out, const char *prefix, const char *name,
                  const fiber_job_opts *opts, const struct fb_owner_ops *ops,
                  void *owner, const char *program);
 
-/* Asks the job to stop; SIGKILL follows after terminate_grace_ms.  Lock
+/* Asks the job to stop; SIGKILL follows after terminate_grace_ms (plus
+ * FB_OWN_GRACE_SLACK_MS where the engine kills on its own and reports
+ * the end late, so that the job's own end is what it reads).  Lock
  * held.  Returns 0 or a code. */
 int fb_rt_terminate(struct fb_jobrec *j);
+
+/* As fb_rt_terminate, for a job nobody will read the end of (a pool
+ * worker retired before it connected): the forced end comes right after
+ * terminate_grace_ms, without the engine's slack.  A pod deleted while
+ * the kubelet was still creating its container can stay Terminating
+ * until forced (its container stuck in CreateContainerConfigError, its
+ * volumes torn down): 90 s of a retired worker counted alive. */
+int fb_rt_terminate_unread(struct fb_jobrec *j);
 
 /* Kills the job if it still runs, waits for it, releases its backend
  * resources, unregisters and frees the record.  Lock NOT held. */
