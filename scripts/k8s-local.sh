@@ -13,7 +13,8 @@
 #                                       --purge also deletes the state dir
 #   scripts/k8s-local.sh bootstrap      (re)create the namespaces and roles of a
 #                                       running cluster (what start does)
-#   scripts/k8s-local.sh status         exit 0 if /readyz answers "ok", else 1
+#   scripts/k8s-local.sh status         exit 0 if /readyz answers "ok" and the kubelet,
+#                                       scheduler and controller-manager run, else 1
 #   scripts/k8s-local.sh env            print `export ...` lines; use as:
 #                                       eval "$(scripts/k8s-local.sh env)"
 #                                       (the FIBER_K8S_* ones are fiber's own
@@ -859,6 +860,11 @@ case "$cmd" in
         bootstrap ;;
     stop) do_stop "$@" ;;
     status)
+        # The API server alone is not a cluster: a kubelet that died (its
+        # parent shell killed) left every pod Pending behind a ready API.
+        for d in kubelet kube-scheduler kube-controller-manager; do
+            our_pid "$d" >/dev/null || { echo "not running: $d is down"; exit 1; }
+        done
         if readyz; then echo "running: $SERVER"; exit 0; else echo "not running"; exit 1; fi ;;
     env)
         [ -s "$DIR/ca.crt" ] && [ -s "$DIR/fiber-test.token" ] \
