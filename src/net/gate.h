@@ -117,9 +117,9 @@ void fb_gate_init(struct fb_gate *g, const char *who, int cap,
                   void *arg);
 
 /* How many connections the server should accept now: the room left
- * under the cap, at most FB_GATE_ACCEPT_BATCH, or 1 when there is none (that one makes room by closing
- * the oldest stranger, so that a flood of silent connections cannot keep
- * newcomers out).  A server accepts at most this many between two
+ * under the cap, at most FB_GATE_ACCEPT_BATCH, or 1 when there is none
+ * (that one makes room by closing the oldest stranger, so that a flood of
+ * silent connections cannot keep newcomers out).  A server accepts at most this many between two
  * batches of events, so that peers whose HELLO is already in their
  * socket are admitted before newer ones push them out: a burst of a
  * thousand real children connecting at once closes none of them. */
