@@ -15,7 +15,12 @@ docs/python.md, "Shared objects").
 
 ``put(obj)`` pickles obj with protocol 5, keeping numpy arrays' (and every
 other PickleBuffer's) bytes out of band, and stores the pickle and the
-raw buffers as one blob, named by its content.  The ref pickles as its 40
+raw buffers as one blob, named by its content.  A bare numpy array (exact
+ndarray type, C-contiguous, a plain dtype: the usual policy or noise
+table) is stored without pickle, as its dtype, shape and bytes, and
+resolves with one ``numpy.frombuffer`` (bench/python/resolve_cost.py
+compares the two decodes); other values, Fortran-order and structured
+arrays included, take the pickle.  The ref pickles as its 40
 bytes, so it can go in any task argument, queue message, pipe message or
 manager value.  ``ref.get()`` resolves it: in the master, the object that
 was put (no copy); in another process, the blob is fetched once (mapped
@@ -39,6 +44,7 @@ the tasks, and releases it when the call's results are in.
 import collections
 import pickle
 import struct
+import sys
 import threading
 
 from . import _fiber, _runtime
@@ -48,6 +54,10 @@ __all__ = ["ObjectRef", "put", "get", "Shared", "stats"]
 _MAGIC = b"FBO1"
 _HEAD = struct.Struct("<4sIQ")  # magic, out-of-band buffers, pickle bytes
 _ALIGN = 64                     # each raw buffer starts at a multiple
+# A plain numpy array (_plain_array) skips pickle: magic, dtype name
+# length, ndim, then the name, ndim dimensions, padding, the bytes.
+_AMAGIC = b"FBA1"
+_AHEAD = struct.Struct("<4sII")
 
 # The master: what it put, by key: [object, references].  Another process:
 # what it resolved, most recently used last, bounded in bytes.
@@ -61,8 +71,40 @@ _cache_bytes = 0
 CACHE_OBJECTS = 16
 
 
+def _plain_array(obj):
+    """obj when it is a bare numpy ndarray that _encode can store without
+    pickle (exact type, C-contiguous, a dtype that its .str names
+    exactly), else None.  numpy is not imported here: an obj of that type
+    means the program already imported it."""
+    t = type(obj)
+    if t.__name__ != "ndarray" or t.__module__ != "numpy":
+        return None
+    try:
+        dt = obj.dtype
+        if (dt.hasobject or dt.fields is not None or dt.itemsize == 0 or
+                not obj.flags.c_contiguous or obj.ndim > 32 or
+                dt.metadata is not None):
+            return None
+        name = dt.str
+        if sys.modules["numpy"].dtype(name) != dt or \
+                len(name) > 64:
+            return None
+    except Exception:
+        return None
+    return obj
+
+
 def _encode(obj):
-    """[header, pickle, padding, raw buffer, ...]: the blob's parts."""
+    """The blob's parts: [header, pickle, padding, raw buffer, ...], or
+    for a plain array [array header, padding, its bytes]."""
+    arr = _plain_array(obj)
+    if arr is not None:
+        name = arr.dtype.str.encode()
+        head = _AHEAD.pack(_AMAGIC, len(name), arr.ndim) + name + \
+            struct.pack("<%dQ" % arr.ndim, *arr.shape)
+        pad = -len(head) % _ALIGN
+        return [head, bytes(pad), arr.reshape(-1).view("B")] if arr.size \
+            else [head, bytes(pad)]
     buffers = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
@@ -80,8 +122,38 @@ def _encode(obj):
     return parts
 
 
+def _decode_array(mv):
+    """A plain array's blob (see _encode): a read-only array over mv's
+    bytes, no copy, no pickle."""
+    _, nlen, ndim = _AHEAD.unpack_from(mv, 0)
+    at = _AHEAD.size
+    name = bytes(mv[at:at + nlen]).decode()
+    at += nlen
+    shape = struct.unpack_from("<%dQ" % ndim, mv, at)
+    at += 8 * ndim
+    at += -at % _ALIGN
+    import numpy
+    dt = numpy.dtype(name)
+    if dt.hasobject or dt.itemsize == 0:
+        raise ValueError("a shared array's blob names dtype %r, which "
+                         "fiber never stores this way" % name)
+    count = 1
+    for d in shape:
+        count *= d
+    if at + count * dt.itemsize != len(mv):
+        raise ValueError("a shared array's blob is %d bytes, its header "
+                         "says %d" % (len(mv), at + count * dt.itemsize))
+    return numpy.frombuffer(mv, dt, count, at).reshape(shape)
+
+
 def _decode(blob):
     mv = memoryview(blob)
+    if mv[:4] == _AMAGIC:
+        try:
+            return _decode_array(mv)
+        except (struct.error, UnicodeDecodeError, TypeError) as e:
+            raise ValueError("a shared array's blob is malformed: %s: %s"
+                             % (type(e).__name__, e)) from None
     try:
         magic, n, plen = _HEAD.unpack_from(mv, 0)
         if magic != _MAGIC:

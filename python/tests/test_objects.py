@@ -24,6 +24,10 @@ def resolve_in_process(q, ref):
     q.put(float(ref.get()[7]))
 
 
+def resolve_describe(ref):
+    return describe(ref.get())
+
+
 def try_resolve(ref):
     try:
         ref.get()
@@ -106,9 +110,85 @@ def test_a_corrupt_blob_is_refused_with_a_clear_error():
         objects._decode(b"XXXX" + bytes(40))
     with pytest.raises(ValueError, match="truncated"):
         objects._decode(b"FB")
-    good = b"".join(bytes(p) for p in objects._encode(np.arange(100.0)))
+    good = b"".join(bytes(p) for p in objects._encode({"a": np.arange(100.0)}))
+    assert good[:4] == b"FBO1"
     with pytest.raises(ValueError, match="runs past"):
         objects._decode(good[:-8])
+
+
+def _blob(obj):
+    from fiber import objects
+    return b"".join(bytes(memoryview(p).cast("B")) for p in objects._encode(obj))
+
+
+def test_a_corrupt_array_blob_is_refused_with_a_clear_error():
+    from fiber import objects
+    good = _blob(np.arange(100.0))
+    assert good[:4] == b"FBA1"
+    with pytest.raises(ValueError, match="header says"):
+        objects._decode(good[:-8])                 # its bytes cut short
+    with pytest.raises(ValueError, match="header says"):
+        objects._decode(good + bytes(8))           # or too long
+    with pytest.raises(ValueError, match="malformed"):
+        objects._decode(good[:10])                 # a header cut short
+    # dims that multiply past the blob: refused, nothing allocated
+    huge = bytearray(good)
+    huge[15:23] = (1 << 62).to_bytes(8, "little")
+    with pytest.raises(ValueError, match="header says"):
+        objects._decode(bytes(huge))
+    # a dtype that would read pointers from the blob: never decoded
+    obj = bytearray(good)
+    obj[12:15] = b"|O8"
+    with pytest.raises(ValueError, match="never stores"):
+        objects._decode(bytes(obj))
+    bad_name = bytearray(good)
+    bad_name[12:15] = b"\xff\xfe\xfd"
+    with pytest.raises(ValueError, match="malformed"):
+        objects._decode(bytes(bad_name))
+    bad_name[12:15] = b"<q9"
+    with pytest.raises(ValueError, match="malformed"):
+        objects._decode(bytes(bad_name))
+
+
+def describe(value):
+    return (type(value).__name__, value.dtype.str, value.shape,
+            value.tobytes(), bool(value.flags.writeable),
+            bool(value.flags.c_contiguous), bool(value.flags.f_contiguous))
+
+
+ARRAYS = [
+    np.arange(1000, dtype=np.float32),
+    np.arange(24, dtype=np.int16).reshape(2, 3, 4),
+    np.array(3.5),                                   # 0-d
+    np.zeros((0, 5)),                                # empty
+    np.arange(5, dtype=">f8"),                       # big-endian
+    np.array(["2026-12-06", "NaT"], dtype="M8[ns]"),
+    np.array(["ab", "cde"]),                         # <U3
+    np.arange(12.0).reshape(3, 4).T,                 # Fortran order: pickle
+    np.zeros(3, dtype=[("x", "<i4"), ("y", "<f8")]), # structured: pickle
+]
+
+
+def test_arrays_resolve_in_workers_equal_and_read_only_by_either_path():
+    from fiber import objects
+    paths = [_blob(a)[:4] for a in ARRAYS]
+    assert paths == [b"FBA1"] * 7 + [b"FBO1"] * 2, paths
+    refs = [fiber.put(a) for a in ARRAYS]
+    try:
+        with fiber.Pool(2) as pool:
+            out = pool.map(describe,
+                           [r.get() for r in refs])    # master: pickled args
+            got = pool.map(resolve_describe, refs, chunksize=1)
+    finally:
+        for r in refs:
+            r.release()
+    for a, (kind, dt, shape, raw, writeable, c, f) in zip(ARRAYS, got):
+        assert (kind, dt, shape, raw) == ("ndarray", a.dtype.str, a.shape,
+                                          a.tobytes())
+        assert not writeable                          # a view of the store
+        assert (c, f) == (bool(a.flags.c_contiguous),
+                          bool(a.flags.f_contiguous))
+    assert [o[:4] for o in out] == [g[:4] for g in got]
 
 
 PUT_IN_CHILD = r'''
