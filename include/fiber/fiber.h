@@ -803,10 +803,13 @@ FIBER_API int fiber_pool_wait_ready(fiber_pool *p, int n, int timeout_ms);
  * are checked against the hash before they are used.
  *
  * Where the bytes come from.  On one host (the unix transport), the
- * master keeps each blob in a file in /dev/shm (mode 0600) and children
- * map that one copy read-only: nothing is sent at all (configuration key
- * `object_shm`, default on; bytes from this file are not hashed again,
- * since they never left the master's file).  Otherwise the master serves a blob to the first
+ * master keeps each blob in shared memory in /dev/shm (files of mode
+ * 0600: blobs up to 16 MiB in an arena of 64 MiB files that each child
+ * maps once and whose regions the master reuses once no child reads
+ * them, larger ones in a file each) and children read that one copy
+ * read-only: nothing is sent at all (configuration key `object_shm`,
+ * default on; these bytes are not hashed again, since they never left
+ * the master's memory).  Otherwise the master serves a blob to the first
  * workers that ask; every worker that holds a blob serves it to others,
  * and the master sends later askers to those holders, so a broadcast
  * spreads as a tree and the master sends only a few copies (at most 4 of
@@ -866,6 +869,15 @@ FIBER_API int fiber_object_hold(const fiber_ref *ref, const void **data,
  * fiber_object_hold pinned (the blob stays cached until evicted).  Returns 0, FIBER_EINVAL or FIBER_ENOKEY
  * (nothing to release). */
 FIBER_API int fiber_object_release(const fiber_ref *ref);
+
+/* In a child: 1 when the master has released the blob of ref that this
+ * process has cached (what it got stays readable while it is held; the
+ * master will not give it to anyone again), 0 when it has not, or when
+ * this process cannot tell (a blob fetched over the network) or has no
+ * such blob.  Costs a memory read for a blob in the master's arena, an
+ * access() for one in a file of its own.  The master: 0.  A binding's
+ * cache uses it to let go of values nobody can ask for again. */
+FIBER_API int fiber_object_released(const fiber_ref *ref);
 
 /* The calling thread's pool submissions from now on carry ref as their
  * shared argument: every task of each call can read it with

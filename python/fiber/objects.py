@@ -31,7 +31,8 @@ the master's host every worker views the same pages, nothing is copied),
 then cached in that process, so every later task of the same worker gets
 the same object at no cost.  A process caches at most CACHE_OBJECTS (16)
 values and object_cache_mb of blobs, least recently used going first (a
-value still referenced elsewhere stays valid).  Treat a shared value as
+value still referenced elsewhere stays valid); when it resolves a new
+one, the values whose blob the master has released leave the cache.  Treat a shared value as
 read-only: its arrays are (numpy raises on a write).
 
 Lifetime: the value lives until the master calls ``ref.release()`` (or
@@ -132,7 +133,9 @@ def _decode_array(mv):
     shape = struct.unpack_from("<%dQ" % ndim, mv, at)
     at += 8 * ndim
     at += -at % _ALIGN
-    import numpy
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        import numpy
     dt = numpy.dtype(name)
     if dt.hasobject or dt.itemsize == 0:
         raise ValueError("a shared array's blob names dtype %r, which "
@@ -203,6 +206,14 @@ def _resolve(key):
     obj = _decode(blob)
     with _lock:
         if key not in _cache:
+            # Values whose blob the master released go first: nobody can
+            # resolve them again, and on the master's host their place in
+            # its arena comes back only when every process lets go (an
+            # ES run then reuses the same few places, whose pages every
+            # worker already maps).  A value still used elsewhere stays
+            # valid: this drops only the cache's reference.
+            for k in [k for k in _cache if _fiber.object_released(k)]:
+                _cache_bytes -= _cache.pop(k)[1]
             _cache[key] = (obj, len(blob))
             _cache_bytes += len(blob)
             limit = _cache_limit()

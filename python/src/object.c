@@ -202,6 +202,17 @@ static PyObject *py_object_release(PyObject *self, PyObject *refobj)
     Py_RETURN_NONE;
 }
 
+/* object_released(ref) -> bool: the master released the blob this
+ * process cached (fiber_object_released). */
+static PyObject *py_object_released(PyObject *self, PyObject *refobj)
+{
+    (void)self;
+    fiber_ref ref;
+    if (ref_of(refobj, &ref) != 0)
+        return NULL;
+    return PyBool_FromLong(fiber_object_released(&ref));
+}
+
 /* object_stats() -> dict of this process's fiber_object_stats. */
 static PyObject *py_object_stats(PyObject *self, PyObject *unused)
 {
@@ -235,6 +246,9 @@ static PyMethodDef object_methods[] = {
      "goes (child), or a bytes copy (the master)."},
     {"object_release", py_object_release, METH_O,
      "object_release(ref): drops a reference object_put counted."},
+    {"object_released", py_object_released, METH_O,
+     "object_released(ref) -> bool: the master released the blob this "
+     "process cached."},
     {"object_stats", py_object_stats, METH_NOARGS,
      "object_stats() -> dict: this process's shared-object counters."},
     {NULL, NULL, 0, NULL},

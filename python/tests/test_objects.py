@@ -28,6 +28,12 @@ def resolve_describe(ref):
     return describe(ref.get())
 
 
+def cached_keys(ref):
+    from fiber import objects
+    ref.get()
+    return sorted(objects._cache)
+
+
 def try_resolve(ref):
     try:
         ref.get()
@@ -285,11 +291,46 @@ def test_workers_view_the_stores_bytes_and_keep_a_bounded_cache():
     # copying it, and keeps at most CACHE_OBJECTS values (before: every
     # value of the run, copied, up to object_cache_mb per worker: 256
     # workers of es_shape grew by 100 MB an iteration).
+    # Each round's shared= value is released after its call, so the
+    # worker lets go of it when the next one comes; values still put
+    # stay cached, at most CACHE_OBJECTS of them.
     from fiber import objects
     rounds = objects.CACHE_OBJECTS + 8
-    with fiber.Pool(1) as pool:
-        for r in range(rounds):
-            theta = np.full(100_000, r, dtype=np.float32)
-            owner, value, cached = pool.apply(held_view, (7,), shared=theta)
-            assert owner == "Blob" and value == float(r)
-            assert cached == min(r + 1, objects.CACHE_OBJECTS)
+    refs = []
+    try:
+        with fiber.Pool(1) as pool:
+            for r in range(rounds):
+                theta = np.full(100_000, r, dtype=np.float32)
+                owner, value, cached = pool.apply(held_view, (7,),
+                                                  shared=theta)
+                assert owner == "Blob" and value == float(r)
+                assert cached == 1, (r, cached)
+            for r in range(rounds):
+                refs.append(fiber.put(np.full(100_000, r, dtype=np.float32)))
+                owner, value, cached = pool.apply(
+                    Shared(held_view, refs[-1]), (7,))
+                assert owner == "Blob" and value == float(r)
+                # (the last shared= value went with the first of these)
+                assert cached == min(r + 1, objects.CACHE_OBJECTS), (r, cached)
+    finally:
+        for ref in refs:
+            ref.release()
+
+
+def test_a_worker_lets_go_of_values_the_master_released():
+    # Resolving a new value drops the cached ones whose blob the master
+    # released (on one host their arena place then comes back); the live
+    # ones stay.
+    keep = fiber.put(np.arange(1000.0))
+    a = fiber.put(np.arange(2000.0))
+    try:
+        with fiber.Pool(1) as pool:
+            assert pool.apply(cached_keys, (keep,)) == [keep.key]
+            assert pool.apply(cached_keys, (a,)) == sorted([keep.key, a.key])
+            a.release()
+            b = fiber.put(np.arange(3000.0))
+            got = pool.apply(cached_keys, (b,))
+            b.release()
+    finally:
+        keep.release()
+    assert got == sorted([keep.key, b.key]), got

@@ -82,6 +82,39 @@ static void lru_touch(struct fb_blob *b)
     lru_tail = b;
 }
 
+/* Child, lock held: the arena blobs this process no longer reads, for
+ * OBJ_DROP on its next request to the master (send_drops). */
+static uint8_t (*drops)[FB_WIRE_REF_LEN];
+static size_t n_drops, cap_drops;
+
+static void queue_drop(const uint8_t *ref)
+{
+    if (n_drops == cap_drops) {
+        size_t cap = cap_drops ? 2 * cap_drops : 16;
+        void *v = realloc(drops, cap * sizeof *drops);
+        if (!v) {
+            /* the region stays held until this process exits */
+            fb_log_warn("out of memory to drop a shared object");
+            return;
+        }
+        drops = v;
+        cap_drops = cap;
+    }
+    memcpy(drops[n_drops++], ref, FB_WIRE_REF_LEN);
+}
+
+void fb_blob_hold(struct fb_blob *b) { b->child_holds++; }
+
+void fb_blob_unhold(struct fb_blob *b)
+{
+    if (b->child_holds > 0)
+        b->child_holds--;
+    if (b->orphan && b->child_holds == 0) {
+        fb_arena_free(b->arena_seg, b->arena_off, b->len);
+        free(b);
+    }
+}
+
 static void blob_free(struct fb_blob *b)
 {
     struct fb_blob **pp = &table[bucket(b->ref)];
@@ -97,6 +130,23 @@ static void blob_free(struct fb_blob *b)
     }
     stats.objects--;
     stats.bytes_held -= b->len;
+    if (b->in_arena) {
+        if (!fb_rt_is_master()) {
+            queue_drop(b->ref);
+        } else {
+            /* Children that still read it keep its region: the blob
+             * lives on out of the table until they drop it. */
+            fb_arena_mark_released(b->arena_seg, b->arena_off);
+            if (b->child_holds > 0) {
+                b->orphan = 1;
+                b->hnext = NULL;
+                return;
+            }
+            fb_arena_free(b->arena_seg, b->arena_off, b->len);
+        }
+        free(b);
+        return;
+    }
     if (b->mapped)
         munmap(b->data, b->len);
     else
@@ -188,6 +238,13 @@ static void drop_released(void)
         next = b->lru_next;
         if (!b->mapped || !b->shm_path[0] || b->pins || b->outer_pins)
             continue;
+        if (b->in_arena) { /* a read of its header, no system call */
+            if (fb_arena_released(b->data)) {
+                blob_free(b);
+                stats.evictions++;
+            }
+            continue;
+        }
         looks++;
         if (access(b->shm_path, F_OK) != 0) {
             blob_free(b);
@@ -244,7 +301,7 @@ void fb_objects_set_master(const char *addr)
 static void unlink_shm(struct fb_blob *b, void *arg)
 {
     (void)arg;
-    if (b->shm_path[0]) {
+    if (b->shm_path[0] && !b->in_arena) {
         if (fb_rt_is_master()) /* a child's path names the master's file */
             unlink(b->shm_path);
         b->shm_path[0] = '\0';
@@ -262,6 +319,10 @@ void fb_objects_shutdown(void)
      * until the process ends). */
     fb_blobs_lock();
     fb_blobs_each(unlink_shm, NULL);
+    if (fb_rt_is_master()) {
+        fb_oserve_reap(1); /* no connection is left to read the arena */
+        fb_arena_shutdown();
+    }
     fb_blobs_unlock();
 }
 
@@ -305,6 +366,15 @@ static int shm_copy(const uint8_t *ref, const void *data, size_t len,
     return 0;
 }
 
+/* Master: whether a len-byte blob goes to the arena (same-host children
+ * read it there), as shm_copy decides for a file of its own. */
+static int arena_ok(size_t len)
+{
+    return fb_rt_config()->object_shm && len > 0 &&
+           len <= FB_ARENA_MAX_BLOB &&
+           fb_rt_config()->transport != FB_TRANSPORT_TCP;
+}
+
 FIBER_API int fiber_object_put(const void *data, size_t len, fiber_ref *ref)
 {
     if (!ref || (!data && len))
@@ -319,6 +389,31 @@ FIBER_API int fiber_object_put(const void *data, size_t len, fiber_ref *ref)
     make_ref(data, len, r);
     fb_blobs_lock();
     struct fb_blob *b = fb_blob_find(r);
+    if (!b) {
+        int seg = -1;
+        uint64_t at = 0;
+        const uint8_t *view = NULL;
+        if (arena_ok(len) && fb_arena_put(r, data, len, &seg, &at, &view) != 0) {
+            fb_oserve_reap(0); /* regions of exited processes come back */
+            if (fb_arena_put(r, data, len, &seg, &at, &view) != 0)
+                seg = -1;
+        }
+        if (seg >= 0) {
+            b = blob_add(r, (uint8_t *)view, len);
+            if (!b) {
+                fb_arena_free(seg, at, len);
+                fb_blobs_unlock();
+                return fb_err(FIBER_ENOMEM, "out of memory for a shared "
+                              "object");
+            }
+            b->mapped = 1;
+            b->in_arena = 1;
+            b->arena_seg = seg;
+            b->arena_off = at;
+            fb_strlcpy(b->shm_path, fb_arena_path(seg), sizeof b->shm_path);
+            stats.shm_bytes += len;
+        }
+    }
     if (!b) {
         char path[128];
         uint8_t *copy = NULL;
@@ -393,6 +488,21 @@ void fb_objects_unpin_ref(const fiber_ref *ref)
     if (b)
         fb_blob_unpin(b);
     fb_blobs_unlock();
+}
+
+FIBER_API int fiber_object_released(const fiber_ref *ref)
+{
+    if (!ref || fb_rt_is_master())
+        return 0;
+    fb_blobs_lock();
+    struct fb_blob *b = fb_blob_find(ref->bytes);
+    int gone = 0;
+    if (b && b->in_arena)
+        gone = fb_arena_released(b->data);
+    else if (b && b->mapped && b->shm_path[0])
+        gone = access(b->shm_path, F_OK) != 0;
+    fb_blobs_unlock();
+    return gone;
 }
 
 static __thread fiber_ref call_shared;
@@ -546,7 +656,8 @@ static int master_conn(void)
 struct answer {
     int done;               /* the bytes are all in buf */
     char from[FB_WIRE_ADDR_MAX + 1]; /* OBJ_FROM: ask there */
-    uint8_t *map;           /* OBJ_FILE: the master's copy, mapped */
+    uint8_t *map;           /* OBJ_FILE, OBJ_AT: the master's copy */
+    int arena;              /* OBJ_AT: map is in the master's arena */
     char file[128];         /* OBJ_FILE: its path ("" if longer) */
     int none;               /* OBJ_NONE: the server has no such blob */
 };
@@ -554,19 +665,13 @@ struct answer {
 /* Maps the master's copy at path read-only.  Returns 0 with *out. */
 static int map_file(const char *path, size_t len, uint8_t **out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fb_err_errno(FIBER_ENOKEY, "cannot open the shared object's "
-                            "file %s", path);
-    struct stat st;
-    void *map = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size == len)
-        map = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return fb_err(FIBER_EPROTO, "the shared object's file %s is not "
-                      "%zu bytes long", path, len);
-    *out = map;
+    const uint8_t *map;
+    size_t size = len;
+    int rc = fb_map_master_file(path, "the shared object's file", 1, &map,
+                                &size);
+    if (rc)
+        return rc;
+    *out = (uint8_t *)map;
     return 0;
 }
 
@@ -612,6 +717,30 @@ static int ask(struct fb_conn *c, const uint8_t *ref, uint8_t **buf,
             if (n < sizeof a->file)
                 memcpy(a->file, path, n + 1);
             return map_file(path, len, &a->map);
+        }
+        if (h.type == FB_MSG_OBJ_AT) {
+            const char *s;
+            uint32_t n;
+            uint64_t off;
+            char path[4096];
+            fb_wire_get_obj_at(p, h.len, &off, &s, &n, NULL, 0);
+            memcpy(path, s, n);
+            path[n] = '\0';
+            if (n < sizeof a->file)
+                memcpy(a->file, path, n + 1);
+            a->arena = 1;
+            const uint8_t *view;
+            int vrc = fb_arena_view(path, off, ref, len, &view);
+            if (vrc == FIBER_ENOKEY) {
+                /* released before we looked: the master holds its place
+                 * for us until we say so; the connection stays good */
+                fb_blobs_lock();
+                queue_drop(ref);
+                fb_blobs_unlock();
+                a->none = 1;
+            }
+            a->map = (uint8_t *)view;
+            return vrc;
         }
         if (h.type == FB_MSG_OBJ_NONE) {
             struct fb_msg_text t;
@@ -710,16 +839,34 @@ static int start_relay(void)
     return rc;
 }
 
+/* Child, fetch_mu held: queues the pending OBJ_DROPs on the master
+ * connection (sent with the next flush).  With no connection they are
+ * moot: the master let go of that connection's holds. */
+static size_t put_drops(void)
+{
+    fb_blobs_lock();
+    size_t n = 0;
+    for (; n < n_drops && fb_conn_fd(&to_master) >= 0; n++)
+        if (fb_wire_put_obj_drop(fb_conn_out(&to_master), drops[n]) != 0)
+            break; /* out of memory: the master frees them when we go */
+    n_drops = 0;
+    fb_blobs_unlock();
+    return n;
+}
+
 /* Fetches ref into a new buffer (*out, len bytes), verified; *from is
  * the holder it came from ("" for the master).  Or, on the master's host,
  * maps the master's copy (*mapped = 1; not hashed again: those bytes
  * never left the master's file).  fetch_mu held. */
 static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
-                 int *mapped, char file[128])
+                 int *mapped, int *arena, char file[128])
 {
     *mapped = 0;
+    *arena = 0;
     uint8_t *buf = NULL;
     int rc = master_conn();
+    if (rc == 0)
+        put_drops(); /* they leave with the request */
     for (int tries = 0; rc == 0; tries++) {
         if (tries == MAX_TRIES) {
             rc = fb_err(FIBER_ECLOSED, "shared object: %d holders failed in "
@@ -738,6 +885,7 @@ static int fetch(const uint8_t *ref, size_t len, uint8_t **out, char *from,
             free(buf);
             *out = a.map;
             *mapped = 1;
+            *arena = a.arena;
             memcpy(file, a.file, sizeof a.file);
             return 0;
         }
@@ -776,11 +924,11 @@ static int fetch_into_cache(const uint8_t *ref)
     uint8_t *data = NULL;
     char from[FB_WIRE_ADDR_MAX + 1] = "";
     size_t len = (size_t)ref_len(ref);
-    int mapped = 0;
+    int mapped = 0, arena = 0;
     char file[128] = "";
     uint64_t t0 = fb_now_ns();
     if (!have)
-        rc = fetch(ref, len, &data, from, &mapped, file);
+        rc = fetch(ref, len, &data, from, &mapped, &arena, file);
     if (!have && rc == 0)
         fb_log_debug("shared object of %zu bytes %s %s in %.1f ms", len,
                      mapped ? "mapped" : "fetched from",
@@ -791,6 +939,7 @@ static int fetch_into_cache(const uint8_t *ref)
         struct fb_blob *b = blob_add(ref, data, len);
         if (b) {
             b->mapped = mapped;
+            b->in_arena = arena;
             if (mapped) {
                 stats.shm_bytes += len;
                 memcpy(b->shm_path, file, sizeof file);
@@ -802,14 +951,18 @@ static int fetch_into_cache(const uint8_t *ref)
             evict();
             b->pins--;
         }
+        if (!b && arena)
+            queue_drop(ref);
         fb_blobs_unlock();
         if (!b) {
-            if (mapped)
+            if (mapped && !arena)
                 munmap(data, len);
-            else
+            else if (!mapped)
                 free(data);
             rc = fb_err(FIBER_ENOMEM, "out of memory");
         }
+        if (put_drops() > 0) /* what this arrival pushed out */
+            fb_conn_flush(&to_master);
     }
     /* A mapped copy needs no relay: every process on this host maps the
      * master's file. */

@@ -25,6 +25,13 @@
  * however many ask.
  * A child's server (a relay) serves only blobs it holds in full.
  *
+ * On the master's host the answer is instead the blob's place: OBJ_AT
+ * (its region in the arena, arena.c) or OBJ_FILE (a file of its own).
+ * The directory counts, per connection, the arena blobs it placed (until
+ * OBJ_DROP or the connection goes, or in limbo until its process goes:
+ * see release_holds), so that no region is reused while a process may
+ * read it.
+ *
  * Sending never copies a whole blob into a buffer: pieces of PIECE bytes
  * are queued while less than QUEUE_MAX bytes wait on the connection.
  */
@@ -33,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -62,6 +70,19 @@ struct xfer {
     struct xfer *next;
 };
 
+/* An arena blob a connection's process may read (see arena.c). */
+struct hold {
+    struct fb_blob *b;
+    pid_t pid;         /* in limbo: the process that may still read it */
+    struct hold *next;
+};
+
+/* Holds of connections that closed while their process still lived (it
+ * may reconnect, but its views of the arena stay): freed once that
+ * process is gone, checked when the arena is full (fb_oserve_reap) and
+ * at shutdown.  Guarded by the blobs lock. */
+static struct hold *limbo;
+
 struct fb_sconn {
     struct fb_conn conn;
     int authed;
@@ -75,6 +96,10 @@ struct fb_sconn {
      * until it says it has it (or fails, or goes) */
     struct fb_blob *copy_blob;
     char redir_addr[FB_WIRE_ADDR_MAX + 1];
+    /* master: the arena blobs it was told to read there (OBJ_AT) and has
+     * not dropped (OBJ_DROP); a blob at most once */
+    struct hold *holds;
+    pid_t peer_pid; /* SO_PEERCRED on a unix socket, else 0 */
     struct fb_sconn *prev, *next;
     int kicked;                /* on the server's kick list */
     struct fb_sconn *kick_next;
@@ -136,6 +161,11 @@ static void conn_add(struct fb_oserve *s, int fd)
         s->conns->prev = c;
     s->conns = c;
     s->n_conns++;
+    struct ucred cred;
+    socklen_t clen = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 &&
+        clen == sizeof cred && cred.pid > 0 && cred.pid != getpid())
+        c->peer_pid = cred.pid;
     fb_gate_add(&s->gate, &c->peer, &c->conn);
 }
 
@@ -195,11 +225,46 @@ static void drop_holders_of(struct fb_blob *b, void *arg)
     }
 }
 
+/* Lock held.  c's process goes on reading what c held in the arena
+ * while it lives: a live one's holds wait in limbo. */
+static void release_holds(struct fb_sconn *c)
+{
+    int alive = c->peer_pid > 0 &&
+                (kill(c->peer_pid, 0) == 0 || errno == EPERM);
+    while (c->holds) {
+        struct hold *h = c->holds;
+        c->holds = h->next;
+        if (alive) {
+            h->pid = c->peer_pid;
+            h->next = limbo;
+            limbo = h;
+        } else {
+            fb_blob_unhold(h->b);
+            free(h);
+        }
+    }
+}
+
+void fb_oserve_reap(int all)
+{
+    for (struct hold **pp = &limbo; *pp;) {
+        struct hold *h = *pp;
+        if (all || (kill(h->pid, 0) != 0 && errno == ESRCH)) {
+            *pp = h->next;
+            fb_blob_unhold(h->b);
+            free(h);
+        } else {
+            pp = &h->next;
+        }
+    }
+}
+
 /* Closes c and frees it, with what it held (a stranger holds nothing). */
 static void conn_drop(struct fb_oserve *s, struct fb_sconn *c)
 {
     if (c->authed) {
         fb_blobs_lock();
+        release_holds(c);
         if (s->directory)
             fb_blobs_each(drop_holders_of, c);
         settle(s, c); /* a master slot it held goes to someone waiting */
@@ -322,6 +387,44 @@ static void serve_waiters(struct fb_oserve *s, struct fb_blob *b)
     fb_blob_unpin(b);
 }
 
+/* Lock held.  c's process may read b in the arena until it drops it. */
+static int hold_add(struct fb_sconn *c, struct fb_blob *b)
+{
+    for (struct hold *h = c->holds; h; h = h->next)
+        if (h->b == b)
+            return 0;
+    struct hold *h = calloc(1, sizeof *h);
+    if (!h)
+        return -1;
+    h->b = b;
+    h->next = c->holds;
+    c->holds = h;
+    fb_blob_hold(b);
+    return 0;
+}
+
+/* OBJ_DROP: c's process no longer reads that blob in the arena.  A ref it
+ * does not hold is ignored: a drop can cross the master's own release,
+ * and a process dropping what it never held harms nobody else. */
+static int on_drop(struct fb_sconn *c, const struct fb_wire_hdr *h,
+                   const uint8_t *p)
+{
+    const uint8_t *ref;
+    fb_wire_get_obj_drop(p, h->len, &ref, NULL, 0);
+    fb_blobs_lock();
+    for (struct hold **pp = &c->holds; *pp; pp = &(*pp)->next) {
+        struct hold *hd = *pp;
+        if (memcmp(hd->b->ref, ref, FB_WIRE_REF_LEN) == 0) {
+            *pp = hd->next;
+            fb_blob_unhold(hd->b);
+            free(hd);
+            break;
+        }
+    }
+    fb_blobs_unlock();
+    return 0;
+}
+
 static int on_get(struct fb_oserve *s, struct fb_sconn *c,
                   const struct fb_wire_hdr *h, const uint8_t *p)
 {
@@ -339,6 +442,14 @@ static int on_get(struct fb_oserve *s, struct fb_sconn *c,
                                       : "this holder does not have it");
     } else if (!s->directory) {
         rc = queue_xfer(c, b, h->id, 0);
+    } else if (b->in_arena && strncmp(s->l.address, "unix:", 5) == 0) {
+        /* Same host: read it in the arena, which keeps its place while c
+         * holds it. */
+        rc = fb_wire_put_obj_at(fb_conn_out(&c->conn), h->id, b->arena_off,
+                                fb_arena_path(b->arena_seg));
+        if (rc == 0 && hold_add(c, b) != 0)
+            rc = -1;
+        fb_blobs_note_map();
     } else if (b->shm_path[0] && strncmp(s->l.address, "unix:", 5) == 0) {
         /* Same host: map the master's own copy. */
         rc = fb_wire_put_obj_file(fb_conn_out(&c->conn), h->id, b->shm_path);
@@ -425,6 +536,8 @@ int fb_oserve_frame(struct fb_oserve *s, struct fb_sconn *c,
         return s->directory ? on_have(s, c, h, p) : -1;
     case FB_MSG_OBJ_BAD:
         return s->directory ? on_bad(s, c, h, p) : -1;
+    case FB_MSG_OBJ_DROP:
+        return s->directory ? on_drop(c, h, p) : -1;
     case FB_MSG_PING:
         return fb_wire_put_pong(fb_conn_out(&c->conn), h->id) == 0 ? 0 : -1;
     }
@@ -628,6 +741,7 @@ struct fb_sconn *fb_oserve_adopt(struct fb_oserve *s, int fd)
     conn_add(s, fd);
     if (s->conns == before)
         return NULL;
+    s->conns->peer_pid = 0; /* its holds go with it: nothing in limbo */
     fb_gate_admit(&s->gate, &s->conns->peer);
     s->conns->authed = 1;
     fb_conn_set_max_payload(&s->conns->conn, 1u << 16);
@@ -679,6 +793,17 @@ static int check_blob(struct fb_oserve *s, struct fb_blob *b, char *why,
         }
     if (b->pins < 0) {
         snprintf(why, size, "pins %d", b->pins);
+        return -1;
+    }
+    int holds = 0;
+    for (struct fb_sconn *c = s->conns; c; c = c->next)
+        for (struct hold *h = c->holds; h; h = h->next)
+            holds += h->b == b;
+    for (struct hold *h = limbo; h; h = h->next)
+        holds += h->b == b;
+    if (holds != b->child_holds) {
+        snprintf(why, size, "child_holds %d, %d holds name it",
+                 b->child_holds, holds);
         return -1;
     }
     return 0;

@@ -1,2 +1,2 @@
 # store/: the blob store: fiber_object_put/get and its server.
-fiber_sources(object.c objserve.c)
+fiber_sources(arena.c object.c objserve.c)

@@ -94,6 +94,14 @@
  *            master's own copy instead of receiving it.  header id = the
  *            request's id.  path (the whole payload: 2..4095 bytes of
  *            printable ASCII, starting with '/')
+ *   OBJ_AT   master->client on the same host (unix transport): the blob
+ *            is in the master's arena file at offset: map that file
+ *            (once) and read it there.  header id = the request's id.
+ *            u64 offset | path (the rest, as OBJ_FILE's).  The master
+ *            keeps that place for the blob until the client sends
+ *            OBJ_DROP for the ref or goes (store/arena.c).
+ *   OBJ_DROP client->master: I no longer read the blob the master placed
+ *            for me with OBJ_AT.  ref[40]
  *   OBJ_CALL master->pool worker, on the pool connection: the TASK chunks
  *            that follow belong to calls whose shared argument is ref
  *            (fiber_task_shared).  ref[40], or empty: none.
@@ -166,6 +174,8 @@
     X(OBJ_BAD, 35)                                                             \
     X(OBJ_CALL, 36)                                                            \
     X(OBJ_FILE, 37)                                                            \
+    X(OBJ_AT, 38)                                                              \
+    X(OBJ_DROP, 39)                                                            \
     X(STATS, 40)                                                               \
     X(SNAPSHOT, 41)                                                            \
     X(PIPE_LINK, 50)                                                           \
@@ -399,6 +409,16 @@ int fb_wire_get_obj_none(int32_t code, const uint8_t *p, size_t len,
 int fb_wire_get_obj_file(const uint8_t *p, size_t len, const char **path,
                          uint32_t *path_len, char *err, size_t errlen);
 int fb_wire_put_obj_file(fiber_buf *out, uint64_t id, const char *path);
+/* OBJ_AT: an offset and a path. */
+int fb_wire_get_obj_at(const uint8_t *p, size_t len, uint64_t *offset,
+                       const char **path, uint32_t *path_len, char *err,
+                       size_t errlen);
+int fb_wire_put_obj_at(fiber_buf *out, uint64_t id, uint64_t offset,
+                       const char *path);
+/* OBJ_DROP: exactly a ref. */
+int fb_wire_get_obj_drop(const uint8_t *p, size_t len, const uint8_t **ref,
+                         char *err, size_t errlen);
+int fb_wire_put_obj_drop(fiber_buf *out, const uint8_t ref[FB_WIRE_REF_LEN]);
 /* OBJ_CALL: *ref is NULL when the payload is empty. */
 int fb_wire_get_obj_call(const uint8_t *p, size_t len, const uint8_t **ref,
                          char *err, size_t errlen);

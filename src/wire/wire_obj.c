@@ -1,6 +1,7 @@
 /*
  * wire_obj.c -- encoding and strict decoding of the shared-blob messages
- * (OBJ_GET, OBJ_DATA, OBJ_FROM, OBJ_NONE, OBJ_HAVE, OBJ_BAD; wire.h has
+ * (OBJ_GET, OBJ_DATA, OBJ_FROM, OBJ_NONE, OBJ_HAVE, OBJ_BAD, OBJ_FILE,
+ * OBJ_AT, OBJ_DROP, OBJ_CALL; wire.h has
  * their layouts).  No I/O.  Like wire.c, every decoder checks each length
  * against what is there, each string against its rule, and rejects
  * trailing bytes.
@@ -80,6 +81,49 @@ int fb_wire_put_obj_file(fiber_buf *out, uint64_t id, const char *path)
     if (path_problem(path, strlen(path), why, sizeof why))
         return fb_err(FIBER_EINVAL, "OBJ_FILE path: %s", why);
     return frame(out, FB_MSG_OBJ_FILE, 0, id, path, strlen(path), NULL, 0);
+}
+
+int fb_wire_get_obj_at(const uint8_t *p, size_t len, uint64_t *offset,
+                       const char **path, uint32_t *path_len, char *err,
+                       size_t errlen)
+{
+    char why[128];
+    if (len < 8)
+        return fb_wire_fail(err, errlen, "OBJ_AT offset: truncated: needs 8 "
+                            "bytes, %zu left", len);
+    if (path_problem((const char *)p + 8, len - 8, why, sizeof why))
+        return fb_wire_fail(err, errlen, "OBJ_AT path: %s", why);
+    *offset = fb_get_le64(p);
+    *path = (const char *)p + 8;
+    *path_len = (uint32_t)(len - 8);
+    return 0;
+}
+
+int fb_wire_put_obj_at(fiber_buf *out, uint64_t id, uint64_t offset,
+                       const char *path)
+{
+    char why[128];
+    if (path_problem(path, strlen(path), why, sizeof why))
+        return fb_err(FIBER_EINVAL, "OBJ_AT path: %s", why);
+    uint8_t off[8];
+    fb_put_le64(off, offset);
+    return frame(out, FB_MSG_OBJ_AT, 0, id, off, sizeof off, path,
+                 strlen(path));
+}
+
+int fb_wire_get_obj_drop(const uint8_t *p, size_t len, const uint8_t **ref,
+                         char *err, size_t errlen)
+{
+    if (len != FB_WIRE_REF_LEN)
+        return fb_wire_fail(err, errlen, "OBJ_DROP payload: %zu bytes, a ref "
+                            "is %u", len, FB_WIRE_REF_LEN);
+    *ref = p;
+    return 0;
+}
+
+int fb_wire_put_obj_drop(fiber_buf *out, const uint8_t ref[FB_WIRE_REF_LEN])
+{
+    return frame(out, FB_MSG_OBJ_DROP, 0, 0, ref, FB_WIRE_REF_LEN, NULL, 0);
 }
 
 int fb_wire_get_obj_call(const uint8_t *p, size_t len, const uint8_t **ref,
@@ -213,6 +257,12 @@ int fb_wire_check_obj(const struct fb_wire_hdr *h, const uint8_t *p,
         return fb_wire_get_obj_call(p, h->len, &ref, err, errlen);
     case FB_MSG_OBJ_FILE:
         return fb_wire_get_obj_file(p, h->len, &a, &an, err, errlen);
+    case FB_MSG_OBJ_AT: {
+        uint64_t off;
+        return fb_wire_get_obj_at(p, h->len, &off, &a, &an, err, errlen);
+    }
+    case FB_MSG_OBJ_DROP:
+        return fb_wire_get_obj_drop(p, h->len, &ref, err, errlen);
     }
     return 1;
 }

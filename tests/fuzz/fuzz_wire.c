@@ -378,6 +378,19 @@ static void round_trip_obj(const struct fb_wire_hdr *h, const uint8_t *p,
                                         : fb_wire_put_obj_bad(b, hv.ref, a);
         id = 0;
         break;
+    case FB_MSG_OBJ_AT: {
+        uint64_t off;
+        fb_wire_get_obj_at(p, h->len, &off, &s, &n, NULL, 0);
+        memcpy(a, s, n);
+        a[n] = '\0';
+        rc = fb_wire_put_obj_at(b, h->id, off, a);
+        break;
+    }
+    case FB_MSG_OBJ_DROP:
+        fb_wire_get_obj_drop(p, h->len, &ref, NULL, 0);
+        rc = fb_wire_put_obj_drop(b, ref);
+        id = 0;
+        break;
     case FB_MSG_OBJ_CALL:
         fb_wire_get_obj_call(p, h->len, &ref, NULL, 0);
         rc = fb_wire_put_obj_call(b, ref);
@@ -385,7 +398,7 @@ static void round_trip_obj(const struct fb_wire_hdr *h, const uint8_t *p,
         break;
     }
     require(rc == 0, "a blob message does not encode again");
-    /* The encoders write id 0 (HAVE, BAD, CALL) and code 0 (all but
+    /* The encoders write id 0 (HAVE, BAD, CALL, DROP) and code 0 (all but
      * NONE): compare the frames where the input did too. */
     if (id == h->id && code == h->code)
         reparse(b, h, p, h->code, h->id);
@@ -467,6 +480,8 @@ static void round_trip(const struct fb_wire_hdr *h, const uint8_t *p)
     case FB_MSG_OBJ_BAD:
     case FB_MSG_OBJ_CALL:
     case FB_MSG_OBJ_FILE:
+    case FB_MSG_OBJ_AT:
+    case FB_MSG_OBJ_DROP:
         round_trip_obj(h, p, &b);
         break;
     case FB_MSG_PIPE_LINK:

@@ -213,8 +213,9 @@ static int shm_files(void)
     return n;
 }
 
-/* On one host the workers map the master's copy: the master sends no
- * blob bytes at all, and the file goes when the blob is released. */
+/* On one host the workers map the master's copy (in its arena): the
+ * master sends no blob bytes at all.  The arena's file stays for the
+ * next blobs. */
 TEST(same_host_workers_map_the_masters_copy)
 {
     enum { W = 6, N = 24, SIZE = 3 << 20 };
@@ -242,13 +243,19 @@ TEST(same_host_workers_map_the_masters_copy)
     CHECK(after.maps - before.maps >= 1);
     CHECK(after.maps - before.maps <= W + 3); /* once per worker (+ spares) */
     CHECK_OK(fiber_object_release(&ref));
-    CHECK_EQ(shm_files(), 0);
-    /* The workers keep their mappings: the bytes still resolve there. */
+    CHECK_EQ(shm_files(), 1);
+    /* The workers keep what they resolved, and its region is not reused
+     * while they do: a blob put now goes elsewhere. */
+    unsigned char *other = pattern(SIZE, 7);
+    fiber_ref ref2;
+    CHECK_OK(fiber_object_put(other, SIZE, &ref2));
     CHECK_OK(fiber_pool_map(p, "obj_digest", in, sizeof in[0], W, got,
                             sizeof got[0], 1));
     for (int i = 0; i < W; i++)
         CHECK(memcmp(got[i].hash, want.hash, 32) == 0);
+    CHECK_OK(fiber_object_release(&ref2));
     fiber_pool_free(p);
+    free(other);
     free(blob);
 }
 
@@ -306,6 +313,28 @@ FIBER_TASK(obj_hold)
     return 0;
 }
 
+/* fiber_object_released(ref) in this worker, as an int. */
+FIBER_TASK(obj_released)
+{
+    fiber_ref ref;
+    if (len != sizeof ref)
+        return fiber_task_fail("obj_released wants a ref");
+    memcpy(&ref, arg, sizeof ref);
+    int r = fiber_object_released(&ref);
+    return fiber_buf_append(out, &r, sizeof r);
+}
+
+static int released_in_worker(fiber_pool *p, const fiber_ref *r)
+{
+    fiber_buf out = {0};
+    int v = -1;
+    if (fiber_pool_apply(p, "obj_released", r, sizeof *r, &out) == 0 &&
+        out.len == sizeof v)
+        memcpy(&v, out.data, sizeof v);
+    fiber_buf_free(&out);
+    return v;
+}
+
 /* The next task on the same worker: the held bytes' digest, then the
  * codes of two releases (the hold's, then one too many). */
 FIBER_TASK(obj_check_held)
@@ -323,6 +352,94 @@ FIBER_TASK(obj_check_held)
     if (fiber_buf_append(out, &d, sizeof d) != 0)
         return FIBER_ENOMEM;
     return fiber_buf_append(out, rc, sizeof rc);
+}
+
+static size_t arena_free(void)
+{
+    fb_blobs_lock();
+    size_t n = fb_arena_free_bytes();
+    fb_blobs_unlock();
+    return n;
+}
+
+/* The arena reuses a region only when nobody can read it: a worker holds
+ * a blob the master released, the master puts blob after blob of the
+ * same size (each read by that worker, so its drops flow), and the held
+ * bytes stay what they were; the region comes back once the worker lets
+ * go.  Blobs keep reusing the same few regions (ES: a new policy each
+ * iteration), and one too large for the arena gets a file of its own. */
+TEST(an_arena_region_is_reused_only_when_no_worker_reads_it)
+{
+    skip_unless_unix();
+    enum { SIZE = 400000, ROUNDS = 40 };
+    fiber_pool *p = make_pool(1);
+    unsigned char *a = pattern(SIZE, 30);
+    struct digest want, got;
+    digest_of(a, SIZE, &want);
+    fiber_ref ra;
+    CHECK_OK(fiber_object_put(a, SIZE, &ra));
+    fiber_buf out = {0};
+    CHECK_OK(fiber_pool_apply(p, "obj_hold", &ra, sizeof ra, &out));
+    size_t held_free = arena_free();
+    CHECK_OK(fiber_object_release(&ra));
+    CHECK_EQ(arena_free(), held_free); /* released, but still read */
+    for (unsigned i = 0; i < ROUNDS; i++) {
+        unsigned char *b = pattern(SIZE, 31 + i);
+        struct digest wb;
+        digest_of(b, SIZE, &wb);
+        fiber_ref rb;
+        CHECK_OK(fiber_object_put(b, SIZE, &rb));
+        out.len = 0;
+        CHECK_OK(fiber_pool_apply(p, "obj_digest", &rb, sizeof rb, &out));
+        memcpy(&got, out.data, sizeof got);
+        CHECK(memcmp(got.hash, wb.hash, 32) == 0);
+        if (i == 0) {
+            CHECK_EQ(released_in_worker(p, &rb), 0);
+            CHECK_EQ(fiber_object_released(&rb), 0); /* the master: 0 */
+        }
+        CHECK_OK(fiber_object_release(&rb));
+        if (i == 0) /* the worker reads the region's header */
+            CHECK_EQ(released_in_worker(p, &rb), 1);
+        free(b);
+    }
+    CHECK_EQ(released_in_worker(p, &ra), 1); /* held, and released */
+    CHECK_EQ(fb_arena_segments(), 1);
+    /* Every round's blob went where an earlier round's was: at most a
+     * few regions beside the held one are in use. */
+    CHECK(held_free - arena_free() <= 4 * (SIZE + 4096));
+    out.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "obj_check_held", &ra, sizeof ra, &out));
+    memcpy(&got, out.data, sizeof got);
+    CHECK(memcmp(got.hash, want.hash, 32) == 0); /* the held bytes */
+    size_t before = arena_free();
+    /* The worker's next request carries its drop of the held blob. */
+    unsigned char *c = pattern(SIZE, 99);
+    fiber_ref rc;
+    CHECK_OK(fiber_object_put(c, SIZE, &rc));
+    out.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "obj_digest", &rc, sizeof rc, &out));
+    CHECK_OK(fiber_object_release(&rc));
+    CHECK(arena_free() > before);
+    /* Too large for the arena: a file of its own, gone at release. */
+    int files = shm_files();
+    size_t big = FB_ARENA_MAX_BLOB + 1;
+    unsigned char *d = pattern(big, 5);
+    fiber_ref rd;
+    CHECK_OK(fiber_object_put(d, big, &rd));
+    CHECK_EQ(shm_files(), files + 1);
+    out.len = 0;
+    CHECK_OK(fiber_pool_apply(p, "obj_digest", &rd, sizeof rd, &out));
+    memcpy(&got, out.data, sizeof got);
+    CHECK_EQ(got.len, big);
+    CHECK_EQ(released_in_worker(p, &rd), 0);
+    CHECK_OK(fiber_object_release(&rd));
+    CHECK_EQ(shm_files(), files);
+    CHECK_EQ(released_in_worker(p, &rd), 1); /* its file is gone */
+    fiber_buf_free(&out);
+    fiber_pool_free(p);
+    free(a);
+    free(c);
+    free(d);
 }
 
 /* A blob larger than object_cache_mb, got with fiber_object_get in a task,
@@ -554,6 +671,17 @@ TEST(malformed_blob_messages_are_refused_by_name)
                                   err, sizeof err),
              FIBER_EPROTO);
     CHECK(strstr(err, "OBJ_FILE path") != NULL);
+    uint64_t off;
+    CHECK_EQ(fb_wire_get_obj_at(buf, 7, &off, &s, &n, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_AT offset: truncated") != NULL);
+    CHECK_EQ(fb_wire_get_obj_at((const uint8_t *)"01234567rel", 11, &off, &s,
+                                &n, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_AT path") != NULL);
+    CHECK_EQ(fb_wire_get_obj_drop(buf, 41, &ref, err, sizeof err),
+             FIBER_EPROTO);
+    CHECK(strstr(err, "OBJ_DROP payload: 41 bytes") != NULL);
     CHECK_EQ(fb_wire_get_obj_call(buf, 3, &ref, err, sizeof err),
              FIBER_EPROTO);
     CHECK(strstr(err, "OBJ_CALL payload: 3 bytes") != NULL);
