@@ -32,7 +32,9 @@ then cached in that process, so every later task of the same worker gets
 the same object at no cost.  A process caches at most CACHE_OBJECTS (16)
 values and object_cache_mb of blobs, least recently used going first (a
 value still referenced elsewhere stays valid); when it resolves a new
-one, the values whose blob the master has released leave the cache.  Treat a shared value as
+one on the master's host, the values whose blob the master has released
+leave the cache (across hosts a process cannot tell: the bound alone
+applies).  Treat a shared value as
 read-only: its arrays are (numpy raises on a write).
 
 Lifetime: the value lives until the master calls ``ref.release()`` (or
