@@ -499,8 +499,14 @@ if __name__ == "__main__":
         pool.map(slow, range(10000))
 ''')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([PKG, HERE]))
+    # Ctrl-C as at a terminal: SIGINT at its default in the program.  A
+    # test run started as a background job of a non-interactive shell
+    # (`... &`) ignores SIGINT, the program inherited that, and Python
+    # then leaves it ignored: the program ran on and this test hung.
     proc = subprocess.Popen([sys.executable, str(prog)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                             signal.SIG_DFL))
     run = proc.stdout.readline().strip()
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
