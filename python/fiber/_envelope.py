@@ -94,9 +94,17 @@ _func_bytes = {}
 _FUNC_BYTES_MAX = 256
 
 
+# A Shared (the pool's shared=) is sent as this, its value's 40-byte ref,
+# then its function's bytes: a worker loads the function once, however
+# many values come (python/src/envelope.c, callable_of).
+SHARED_MAGIC = b"FSH1"
+
+
 def dumps_callable(func):
     """Pickles func by reference, or by value with cloudpickle when it has no
     importable name (a lambda, a closure, a function defined in another)."""
+    if type(func) is _fiber.Shared:
+        return SHARED_MAGIC + func.key + dumps_callable(func.func)
     fb = _func_bytes.get(func) if type(func) in _BY_REFERENCE else None
     if fb is not None:
         return fb

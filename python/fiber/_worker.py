@@ -23,6 +23,10 @@ current = None       # the Process object this job runs, if any
 def _callable(func_bytes):
     f = _funcs.get(func_bytes)
     if f is None:
+        if func_bytes[:4] == env.SHARED_MAGIC:   # see env.dumps_callable
+            from .objects import ObjectRef, Shared
+            return Shared(_callable(func_bytes[44:]),
+                          ObjectRef(bytes(func_bytes[4:44])))
         f = pickle.loads(func_bytes)
         if len(_funcs) >= _FUNC_CACHE_MAX:
             _funcs.clear()

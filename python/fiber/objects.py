@@ -44,7 +44,6 @@ and counts one more reference.  ``Pool.map(..., shared=value)`` (and the
 other map and apply methods) puts value, calls ``func(value, *args)`` in
 the tasks, and releases it when the call's results are in.
 """
-import collections
 import pickle
 import struct
 import sys
@@ -62,16 +61,15 @@ _ALIGN = 64                     # each raw buffer starts at a multiple
 _AMAGIC = b"FBA1"
 _AHEAD = struct.Struct("<4sII")
 
-# The master: what it put, by key: [object, references].  Another process:
-# what it resolved, most recently used last, bounded in bytes.
-_lock = threading.Lock()
-_held = {}
-_cache = collections.OrderedDict()   # key -> (object, blob bytes)
-_cache_bytes = 0
-# An ES run puts a new policy each iteration: the values a worker no
+# The master: what it put, by key: [object, references] (_lock held to
+# change it).  What a process resolved is cached in C (object_cached):
+# an ES run puts a new policy each iteration, and the values a worker no
 # longer uses must not pile up until object_cache_mb (each held blob is
 # also a pin that keeps the C store from evicting it).
-CACHE_OBJECTS = 16
+_lock = threading.Lock()
+_held = {}
+_MISS = object()
+CACHE_OBJECTS = _fiber.OBJECT_CACHE_MAX
 
 
 def _plain_array(obj):
@@ -125,40 +123,14 @@ def _encode(obj):
     return parts
 
 
-def _decode_array(mv):
-    """A plain array's blob (see _encode): a read-only array over mv's
-    bytes, no copy, no pickle."""
-    _, nlen, ndim = _AHEAD.unpack_from(mv, 0)
-    at = _AHEAD.size
-    name = bytes(mv[at:at + nlen]).decode()
-    at += nlen
-    shape = struct.unpack_from("<%dQ" % ndim, mv, at)
-    at += 8 * ndim
-    at += -at % _ALIGN
-    numpy = sys.modules.get("numpy")
-    if numpy is None:
-        import numpy
-    dt = numpy.dtype(name)
-    if dt.hasobject or dt.itemsize == 0:
-        raise ValueError("a shared array's blob names dtype %r, which "
-                         "fiber never stores this way" % name)
-    count = 1
-    for d in shape:
-        count *= d
-    if at + count * dt.itemsize != len(mv):
-        raise ValueError("a shared array's blob is %d bytes, its header "
-                         "says %d" % (len(mv), at + count * dt.itemsize))
-    return numpy.frombuffer(mv, dt, count, at).reshape(shape)
-
-
 def _decode(blob):
     mv = memoryview(blob)
     if mv[:4] == _AMAGIC:
-        try:
-            return _decode_array(mv)
-        except (struct.error, UnicodeDecodeError, TypeError) as e:
-            raise ValueError("a shared array's blob is malformed: %s: %s"
-                             % (type(e).__name__, e)) from None
+        # A plain array's blob (see _encode): a read-only array over mv's
+        # bytes, no copy, no pickle; in C (python/src/object.c), which a
+        # worker's Shared call also takes on a miss.  ValueError names
+        # what is wrong with a malformed one.
+        return _fiber.decode_array(mv)
     try:
         magic, n, plen = _HEAD.unpack_from(mv, 0)
         if magic != _MAGIC:
@@ -180,22 +152,12 @@ def _decode(blob):
     return pickle.loads(data, buffers=bufs)
 
 
-def _cache_limit():
-    try:
-        return int(_fiber.config_get("object_cache_mb")) << 20
-    except Exception:
-        return 4096 << 20
-
-
 def _resolve(key):
-    global _cache_bytes
-    with _lock:
-        if key in _held:
-            return _held[key][0]
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit[0]
+    if key in _held:                 # the master: the object it put
+        return _held[key][0]
+    hit = _fiber.object_cached(key, _MISS)
+    if hit is not _MISS:
+        return hit
     if not _runtime.child_mode:
         _runtime.ensure()
     try:
@@ -205,25 +167,15 @@ def _resolve(key):
             raise KeyError("shared object %s is gone: the master released "
                            "it (or never put it)" % key.hex()[:16]) from e
         raise
-    obj = _decode(blob)
-    with _lock:
-        if key not in _cache:
-            # Values whose blob the master released go first: nobody can
-            # resolve them again, and on the master's host their place in
-            # its arena comes back only when every process lets go (an
-            # ES run then reuses the same few places, whose pages every
-            # worker already maps).  A value still used elsewhere stays
-            # valid: this drops only the cache's reference.
-            for k in [k for k in _cache if _fiber.object_released(k)]:
-                _cache_bytes -= _cache.pop(k)[1]
-            _cache[key] = (obj, len(blob))
-            _cache_bytes += len(blob)
-            limit = _cache_limit()
-            while len(_cache) > 1 and (_cache_bytes > limit or
-                                       len(_cache) > CACHE_OBJECTS):
-                _, (_, size) = _cache.popitem(last=False)
-                _cache_bytes -= size
-        return _cache[key][0]
+    # The C cache (python/src/object.c) keeps it, bounded, dropping first
+    # the values whose blob the master released; if another thread cached
+    # the key meanwhile, that value is the one returned.
+    return _fiber.object_cache_add(key, _decode(blob), len(blob))
+
+
+def _cached_keys():
+    """The refs' keys this process caches, least recently used first."""
+    return _fiber.object_cache_keys()
 
 
 class ObjectRef:
@@ -299,28 +251,11 @@ def get(ref):
     return ref.get()
 
 
-class Shared:
-    """``Shared(func, ref)(*args)`` calls ``func(ref.get(), *args)``: what
-    the pool's ``shared=`` argument sends instead of func.  Pickles as func
-    and the ref's 40 bytes."""
-
-    __slots__ = ("func", "ref")
-
-    def __init__(self, func, ref):
-        self.func = func
-        self.ref = ref
-
-    def __call__(self, *args, **kwargs):
-        return self.func(self.ref.get(), *args, **kwargs)
-
-    def __reduce__(self):
-        return (Shared, (self.func, self.ref))
-
-    def __getattr__(self, name):  # @fiber.meta and names read through
-        if name in ("func", "ref") or \
-                (name.startswith("__") and name != "__fiber_meta__"):
-            raise AttributeError(name)
-        return getattr(self.func, name)
+# ``Shared(func, ref)(*args)`` calls ``func(ref.get(), *args)``: what the
+# pool's ``shared=`` argument sends in place of func; it pickles as func
+# and the ref's 40 bytes.  A C type (python/src/object.c), whose call finds
+# a cached value without running Python.
+Shared = _fiber.Shared
 
 
 def stats():

@@ -97,6 +97,9 @@ void fbp_queue_flush_all(void);
 int fbp_manager_init(PyObject *m);
 int fbp_ring_init(PyObject *m);
 int fbp_object_init(PyObject *m);
+void fbp_object_config_changed(const char *key); /* after config_set */
+/* A fiber._fiber.Shared calling func with the value of ref key first. */
+PyObject *fbp_shared_make(PyObject *func, const unsigned char *key);
 
 /* A future over a fiber_future: the result of Pool.apply_async, and of
  * every asynchronous manager call.  kind says how its bytes read: 0 raw

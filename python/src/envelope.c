@@ -420,20 +420,52 @@ int fbp_envelope_helpers(PyObject *load, PyObject *raised, PyObject *ok)
 /* The last callable loaded, by its pickled bytes: a pool sends the same
  * one again and again. */
 static PyObject *last_func_bytes, *last_func;
+/* A call with shared= names its callable as "FSH1", the value's 40-byte
+ * ref, then the function's own bytes (fiber._envelope.dumps_callable):
+ * an ES run's new policy every iteration then costs each worker a C
+ * Shared, not an unpickling of the function. */
+#define SHARED_HEAD (4 + FIBER_REF_LEN)
+static PyObject *last_inner_bytes, *last_inner;
 
-static PyObject *callable_of(const char *p, Py_ssize_t n)
+/* The callable pickled in p[0..n), from the cache (*bytes, *func) when
+ * those are its bytes, else loaded by fiber._worker._callable and kept
+ * there.  A new reference, or NULL with an exception set. */
+static PyObject *load_cached(const char *p, Py_ssize_t n, PyObject **bytes,
+                             PyObject **func)
 {
-    if (last_func_bytes && PyBytes_GET_SIZE(last_func_bytes) == n &&
-        memcmp(PyBytes_AS_STRING(last_func_bytes), p, (size_t)n) == 0)
-        return Py_NewRef(last_func);
+    if (*bytes && PyBytes_GET_SIZE(*bytes) == n &&
+        memcmp(PyBytes_AS_STRING(*bytes), p, (size_t)n) == 0)
+        return Py_NewRef(*func);
     PyObject *b = PyBytes_FromStringAndSize(p, n);
     PyObject *f = b ? PyObject_CallOneArg(load_callable, b) : NULL;
     if (f) {
-        Py_XSETREF(last_func_bytes, b);
-        Py_XSETREF(last_func, Py_NewRef(f));
+        Py_XSETREF(*bytes, b);
+        Py_XSETREF(*func, Py_NewRef(f));
     } else {
         Py_XDECREF(b);
     }
+    return f;
+}
+
+static PyObject *callable_of(const char *p, Py_ssize_t n)
+{
+    if (n < SHARED_HEAD || memcmp(p, "FSH1", 4) != 0)
+        return load_cached(p, n, &last_func_bytes, &last_func);
+    if (last_func_bytes && PyBytes_GET_SIZE(last_func_bytes) == n &&
+        memcmp(PyBytes_AS_STRING(last_func_bytes), p, (size_t)n) == 0)
+        return Py_NewRef(last_func);
+    PyObject *inner = load_cached(p + SHARED_HEAD, n - SHARED_HEAD,
+                                  &last_inner_bytes, &last_inner);
+    PyObject *f = inner ? fbp_shared_make(inner, (const unsigned char *)p + 4)
+                        : NULL;
+    Py_XDECREF(inner);
+    PyObject *b = f ? PyBytes_FromStringAndSize(p, n) : NULL;
+    if (!b) {
+        Py_XDECREF(f);
+        return NULL;
+    }
+    Py_XSETREF(last_func_bytes, b);
+    Py_XSETREF(last_func, Py_NewRef(f));
     return f;
 }
 

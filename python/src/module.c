@@ -226,6 +226,7 @@ static PyObject *py_config_set(PyObject *self, PyObject *args)
     int rc = fiber_config_set(key, value);
     if (rc)
         return fbp_raise_last(rc);
+    fbp_object_config_changed(key);
     Py_RETURN_NONE;
 }
 
@@ -344,6 +345,7 @@ static PyObject *py_init(PyObject *self, PyObject *args)
     FBP_CALL(rc, msg, fiber_init(&argc, &argv));
     if (rc)
         return fbp_raise(rc, msg);
+    fbp_object_config_changed("object_cache_mb"); /* read from now on */
     return PyBool_FromLong(fiber_is_master() == 1);
 }
 

@@ -31,7 +31,7 @@ def resolve_describe(ref):
 def cached_keys(ref):
     from fiber import objects
     ref.get()
-    return sorted(objects._cache)
+    return sorted(objects._cached_keys())
 
 
 def try_resolve(ref):
@@ -282,7 +282,7 @@ def held_view(theta, i):
     while getattr(base, "base", None) is not None:
         base = base.base
     owner = base.obj if isinstance(base, memoryview) else base
-    return (type(owner).__name__, float(theta[i]), len(objects._cache))
+    return (type(owner).__name__, float(theta[i]), len(objects._cached_keys()))
 
 
 def test_workers_view_the_stores_bytes_and_keep_a_bounded_cache():
@@ -343,3 +343,62 @@ def test_a_worker_lets_go_of_values_the_master_released():
         keep.release()
     want = [keep.key, b.key] if same_host else [keep.key, a.key, b.key]
     assert got == sorted(want), (got, same_host)
+
+
+def scale(value, k):
+    return value * k
+
+
+scale.note = "scales"
+scale.__fiber_meta__ = {"cpu": 1}
+
+
+def cache_after(theta, mb, sizes):
+    # In a worker: object_cache_mb set to mb, then values of sizes floats
+    # resolved through Shared (the C fast path): what stays cached.
+    from fiber import objects
+    fiber._fiber.config_set("object_cache_mb", str(mb))
+    refs = [objects.ObjectRef(k) for k in sizes]
+    for r in refs:
+        Shared(scale, r)(1)
+    return [len(objects._cached_keys()), objects._cached_keys()[-1] == sizes[-1]]
+
+
+def test_shared_calls_func_with_the_value_first_and_pickles_as_func_and_ref():
+    theta = np.arange(5.0)
+    with fiber.put(theta) as ref:
+        s = Shared(scale, ref)
+        assert s.func is scale and s.ref == ref and s.key == ref.key
+        assert list(s(2)) == [0.0, 2.0, 4.0, 6.0, 8.0]      # in the master
+        assert list(s(k=3)) == list(theta * 3)
+        back = pickle.loads(pickle.dumps(s))
+        assert type(back) is Shared and back.func is scale and back.ref == ref
+        # func's attributes show through (@fiber.meta), dunders do not
+        assert s.note == "scales" and s.__fiber_meta__ == {"cpu": 1}
+        with pytest.raises(AttributeError):
+            s.__qualname__
+        # what a pool sends: the ref's 40 bytes, then func's own bytes
+        from fiber import _envelope, _worker
+        fb = _envelope.dumps_callable(s)
+        assert fb[:4] == b"FSH1" and fb[4:44] == ref.key
+        assert fb[44:] == _envelope.dumps_callable(scale)
+        again = _worker._callable(fb)
+        assert type(again) is Shared and again.func is scale
+        assert again.ref == ref
+        with pytest.raises(TypeError, match="ObjectRef, not str"):
+            Shared(scale, "not a ref")
+
+
+def test_the_c_cache_keeps_object_cache_mb_in_a_worker():
+    # Values of 400 KB: with object_cache_mb = 64 a worker keeps all three;
+    # set to 1 in the same worker (the cache reads the new bound), three
+    # more leave the newest two (the newest always stays).
+    refs = [fiber.put(np.full(100_000, i, dtype=np.float32)) for i in range(6)]
+    try:
+        keys = [r.key for r in refs]
+        with fiber.Pool(1) as pool:
+            assert pool.apply(cache_after, (None, 64, keys[:3])) == [3, True]
+            assert pool.apply(cache_after, (None, 1, keys[3:])) == [2, True]
+    finally:
+        for r in refs:
+            r.release()
