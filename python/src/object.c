@@ -29,6 +29,7 @@
  * GIL; values leave the cache before they are released, since releasing
  * one may run arbitrary code.
  */
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,7 +260,7 @@ static size_t cache_limit(void)
             char *end;
             long long v = strtoll(buf, &end, 10);
             if (end != buf && *end == '\0' && v >= 0)
-                mb = v;
+                mb = v < (LLONG_MAX >> 20) ? v : (LLONG_MAX >> 20);
         }
         vcache_limit = mb << 20;
     }
