@@ -493,6 +493,8 @@ static PyObject *array_of_blob(PyObject *owner, const unsigned char *p,
 {
     if (len < ARR_HEAD)
         return malformed("its header is cut short");
+    if (memcmp(p, "FBA1", 4) != 0)
+        return malformed("it does not start with FBA1");
     uint32_t nlen = get_le32(p + 4), ndim = get_le32(p + 8);
     if (nlen == 0 || nlen > DTYPE_NAME_MAX || ndim > 32)
         return malformed("its header names no dtype or too many dimensions");

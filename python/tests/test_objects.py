@@ -154,6 +154,9 @@ def test_a_corrupt_array_blob_is_refused_with_a_clear_error():
     bad_name[12:15] = b"<q9"
     with pytest.raises(ValueError, match="malformed"):
         objects._decode(bytes(bad_name))
+    # the C decoder itself takes only a plain array's blob
+    with pytest.raises(ValueError, match="does not start with FBA1"):
+        fiber._fiber.decode_array(b"FBO1" + bytes(60))
 
 
 def describe(value):
