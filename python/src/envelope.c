@@ -427,14 +427,19 @@ static PyObject *last_func_bytes, *last_func;
 #define SHARED_HEAD (4 + FIBER_REF_LEN)
 static PyObject *last_inner_bytes, *last_inner;
 
+static int same_bytes(PyObject *bytes, const char *p, Py_ssize_t n)
+{
+    return bytes && PyBytes_GET_SIZE(bytes) == n &&
+           memcmp(PyBytes_AS_STRING(bytes), p, (size_t)n) == 0;
+}
+
 /* The callable pickled in p[0..n), from the cache (*bytes, *func) when
  * those are its bytes, else loaded by fiber._worker._callable and kept
  * there.  A new reference, or NULL with an exception set. */
 static PyObject *load_cached(const char *p, Py_ssize_t n, PyObject **bytes,
                              PyObject **func)
 {
-    if (*bytes && PyBytes_GET_SIZE(*bytes) == n &&
-        memcmp(PyBytes_AS_STRING(*bytes), p, (size_t)n) == 0)
+    if (same_bytes(*bytes, p, n))
         return Py_NewRef(*func);
     PyObject *b = PyBytes_FromStringAndSize(p, n);
     PyObject *f = b ? PyObject_CallOneArg(load_callable, b) : NULL;
@@ -451,8 +456,7 @@ static PyObject *callable_of(const char *p, Py_ssize_t n)
 {
     if (n < SHARED_HEAD || memcmp(p, "FSH1", 4) != 0)
         return load_cached(p, n, &last_func_bytes, &last_func);
-    if (last_func_bytes && PyBytes_GET_SIZE(last_func_bytes) == n &&
-        memcmp(PyBytes_AS_STRING(last_func_bytes), p, (size_t)n) == 0)
+    if (same_bytes(last_func_bytes, p, n))
         return Py_NewRef(last_func);
     PyObject *inner = load_cached(p + SHARED_HEAD, n - SHARED_HEAD,
                                   &last_inner_bytes, &last_inner);

@@ -160,6 +160,34 @@ static PyTypeObject FbpBlobType = {
               "buffer); released when the last reference goes.",
 };
 
+/* A Blob over ref's bytes, held in place (fiber_object_hold) until the
+ * Blob goes.  NULL with *rc set (and msg) when the hold failed, or with
+ * *rc 0 and a Python exception when the Blob could not be made. */
+static PyObject *blob_held(const fiber_ref *ref, int *rc, char *msg,
+                           size_t msg_size)
+{
+    const void *data = NULL;
+    size_t len = 0;
+    int r;
+    Py_BEGIN_ALLOW_THREADS r = fiber_object_hold(ref, &data, &len);
+    if (r)
+        snprintf(msg, msg_size, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    *rc = r;
+    if (r)
+        return NULL;
+    FbpBlob *b = PyObject_New(FbpBlob, &FbpBlobType);
+    if (!b) {
+        (void)fiber_object_release(ref);
+        return NULL;
+    }
+    b->ref = *ref;
+    b->data = data;
+    b->len = (Py_ssize_t)len;
+    b->held = 1;
+    return (PyObject *)b;
+}
+
 /* object_get(ref, child=False) -> Blob (child: the bytes in place, held
  * until the Blob goes) or bytes (the master: a copy). */
 static PyObject *py_object_get(PyObject *self, PyObject *args)
@@ -177,20 +205,8 @@ static PyObject *py_object_get(PyObject *self, PyObject *args)
     int rc;
     char msg[1024] = "";
     if (child) {
-        FbpBlob *b = PyObject_New(FbpBlob, &FbpBlobType);
-        if (!b)
-            return NULL;
-        b->held = 0;
-        b->ref = ref;
-        FBP_CALL(rc, msg, fiber_object_hold(&ref, &data, &len));
-        if (rc) {
-            Py_DECREF(b);
-            return fbp_raise(rc, msg);
-        }
-        b->held = 1;
-        b->data = data;
-        b->len = (Py_ssize_t)len;
-        return (PyObject *)b;
+        PyObject *b = blob_held(&ref, &rc, msg, sizeof msg);
+        return b || rc == 0 ? b : fbp_raise(rc, msg);
     }
     FBP_CALL(rc, msg, fiber_object_get(&ref, &data, &len));
     if (rc)
@@ -611,22 +627,13 @@ static PyObject *shared_fetch(FbpShared *s)
 {
     if (fiber_is_master() != 0)
         return NULL;
-    const void *data = NULL;
-    size_t len = 0;
     int rc;
     char msg[1024] = "";
-    FBP_CALL(rc, msg, fiber_object_hold(&s->key, &data, &len));
-    if (rc)
-        return NULL;
-    FbpBlob *b = PyObject_New(FbpBlob, &FbpBlobType);
-    if (!b) {
-        (void)fiber_object_release(&s->key);
-        return NULL;
-    }
-    b->ref = s->key;
-    b->data = data;
-    b->len = (Py_ssize_t)len;
-    b->held = 1;
+    FbpBlob *b = (FbpBlob *)blob_held(&s->key, &rc, msg, sizeof msg);
+    if (!b)
+        return NULL; /* rc != 0: ref.get() says why; else the exception */
+    const void *data = b->data;
+    size_t len = (size_t)b->len;
     PyObject *value;
     if (len >= 4 && memcmp(data, "FBA1", 4) == 0) {
         value = array_of_blob((PyObject *)b, data, len);
