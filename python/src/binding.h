@@ -97,6 +97,10 @@ void fbp_queue_flush_all(void);
 int fbp_manager_init(PyObject *m);
 int fbp_ring_init(PyObject *m);
 int fbp_object_init(PyObject *m);
+/* Keeps a few freed pymalloc arenas for reuse (arena.c). */
+void fbp_arena_init(void);
+void fbp_arena_config_changed(const char *key); /* after config_set */
+PyObject *fbp_arenas_kept(PyObject *self, PyObject *noargs);
 void fbp_object_config_changed(const char *key); /* after config_set */
 /* A fiber._fiber.Shared calling func with the value of ref key first. */
 PyObject *fbp_shared_make(PyObject *func, const unsigned char *key);

@@ -227,6 +227,7 @@ static PyObject *py_config_set(PyObject *self, PyObject *args)
     if (rc)
         return fbp_raise_last(rc);
     fbp_object_config_changed(key);
+    fbp_arena_config_changed(key);
     Py_RETURN_NONE;
 }
 
@@ -342,10 +343,12 @@ static PyObject *py_init(PyObject *self, PyObject *args)
         atexit(flush_python_stdio);
     int rc;
     char msg[1024] = "";
+    fbp_arena_config_changed("pymalloc_keep_mb"); /* a job's, from FIBER_* */
     FBP_CALL(rc, msg, fiber_init(&argc, &argv));
     if (rc)
         return fbp_raise(rc, msg);
     fbp_object_config_changed("object_cache_mb"); /* read from now on */
+    fbp_arena_config_changed("pymalloc_keep_mb");
     return PyBool_FromLong(fiber_is_master() == 1);
 }
 
@@ -510,6 +513,9 @@ static PyObject *py_strerror(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef module_methods[] = {
+    {"arenas_kept", fbp_arenas_kept, METH_NOARGS,
+     "arenas_kept() -> (n, bytes each, most bytes): the freed pymalloc "
+     "arenas kept for reuse (arena.c, pymalloc_keep_mb)."},
     {"config_set", py_config_set, METH_VARARGS,
      "config_set(key, value): fiber_config_set."},
     {"config_get", py_config_get, METH_VARARGS,
@@ -597,6 +603,7 @@ PyMODINIT_FUNC PyInit__fiber(void)
         goto fail;
     if (PyModule_AddFunctions(m, fbp_envelope_methods) != 0)
         goto fail;
+    fbp_arena_init();
     if (fbp_process_init(m) || fbp_pool_init(m) || fbp_queue_init(m) ||
         fbp_manager_init(m) || fbp_ring_init(m) || fbp_object_init(m))
         goto fail;

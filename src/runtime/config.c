@@ -68,6 +68,7 @@
     X(object_cache_mb, INT, 4096, integer, 1, 1048576)                         \
     X(object_shm, INT, 1, boolean, 0, 0)                                       \
     X(manager_shm, INT, 1, boolean, 0, 0)                                      \
+    X(pymalloc_keep_mb, INT, 8, integer, 0, 64)                                \
     X(time_limit_margin_ms, INT, 0, integer, 0, 86400000)                      \
     X(resumed, INT, 0, integer, 0, 1000000)
 

@@ -60,6 +60,7 @@ struct fb_config {
     int object_cache_mb;        /* a child's cache of shared objects; 4096 */
     int object_shm;             /* same-host children map the master's copy */
     int manager_shm;            /* same-host clients map a manager's objects */
+    int pymalloc_keep_mb;       /* freed pymalloc arenas a Python process keeps */
 };
 
 /* Fills c with the built-in defaults. */

@@ -30,7 +30,7 @@ static const char *const all_keys[] = {
     "k8s_ca_file",       "k8s_namespace",      "k8s_config_dir",
     "k8s_volumes",       "k8s_host_network",   "k8s_pull_policy",
     "object_cache_mb",   "object_shm",         "manager_shm",
-    "time_limit_margin_ms", "resumed",
+    "pymalloc_keep_mb",  "time_limit_margin_ms", "resumed",
 };
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -229,6 +229,7 @@ static const struct bad_case bad_cases[] = {
     {"object_cache_mb", "0", "from 1 to 1048576"},
     {"object_shm", "perhaps", "true or false"},
     {"manager_shm", "sometimes", "true or false"},
+    {"pymalloc_keep_mb", "65", "from 0 to 64"},
     {"fork_server", "often", "true or false"},
     {"time_limit_margin_ms", "-1", "from 0 to 86400000"},
     {"resumed", "once", "from 0 to 1000000"},
@@ -320,7 +321,8 @@ TEST(apply_unknown_key)
           "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
           "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
           "k8s_volumes, k8s_host_network, k8s_pull_policy, "
-          "object_cache_mb, object_shm, manager_shm, time_limit_margin_ms, "
+          "object_cache_mb, object_shm, manager_shm, pymalloc_keep_mb, "
+          "time_limit_margin_ms, "
           "resumed");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
     CHECK_ERR(fb_config_apply(&c, NULL, "x", "test"), FIBER_ECONFIG);
@@ -685,7 +687,8 @@ TEST(env_unknown_variable)
           "slurm_account, slurm_time_limit, slurm_sbatch_args, k8s_server, "
           "k8s_token_file, k8s_ca_file, k8s_namespace, k8s_config_dir, "
           "k8s_volumes, k8s_host_network, k8s_pull_policy, "
-          "object_cache_mb, object_shm, manager_shm, time_limit_margin_ms, "
+          "object_cache_mb, object_shm, manager_shm, pymalloc_keep_mb, "
+          "time_limit_margin_ms, "
           "resumed");
     CHECK(memcmp(&c, &before, sizeof c) == 0);
 }
