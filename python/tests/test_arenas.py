@@ -2,10 +2,17 @@
 pymalloc_keep_mb): a map's results die together, and without the cache
 the arenas they filled go back to the system and are faulted in again by
 the next map."""
+import os
+
 import pytest
 
 import fiber
 from fiber import _fiber
+
+# With PYTHONMALLOC=malloc (or malloc_debug) CPython takes no arenas.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("PYTHONMALLOC", "").startswith("malloc"),
+    reason="pymalloc is off (PYTHONMALLOC): no arenas to keep")
 
 
 def churn(n=1_000_000):
