@@ -405,3 +405,24 @@ def test_the_c_cache_keeps_object_cache_mb_in_a_worker():
     finally:
         for r in refs:
             r.release()
+
+
+def test_the_value_caches_calls_refuse_bad_arguments_by_name():
+    # fiber._fiber's cache of resolved values (objects._resolve's): a bad
+    # call is an error naming what is wrong, and changes nothing.
+    from fiber import _fiber
+    before = _fiber.object_cache_keys()
+    key = b"\x01" * 40
+    with pytest.raises(ValueError, match="nbytes < 0"):
+        _fiber.object_cache_add(key, "v", -1)
+    with pytest.raises(ValueError, match="not an object ref: 3 bytes"):
+        _fiber.object_cache_add(b"abc", "v", 1)
+    with pytest.raises(TypeError, match=r"object_cached\(ref, default=None\)"):
+        _fiber.object_cached()
+    with pytest.raises(TypeError, match=r"object_cached\(ref, default=None\)"):
+        _fiber.object_cached(key, None, None)
+    with pytest.raises(ValueError, match="not an object ref"):
+        _fiber.object_cached(b"")
+    assert _fiber.object_cache_keys() == before
+    missing = object()
+    assert _fiber.object_cached(key, missing) is missing
