@@ -1,4 +1,4 @@
-/* A few freed pymalloc arenas kept for reuse (pymalloc_keep_mb).
+/* Freed pymalloc arenas kept for reuse (pymalloc_keep_mb).
  *
  * CPython's small-object allocator takes memory from the system in arenas
  * (1 MiB on 3.11) and gives an arena back (munmap) as soon as every object
@@ -19,8 +19,8 @@
  * as before.  The bound is read at import and at fiber_init (before the
  * call, for a job, whose fiber_init never returns: its FIBER_* variables
  * are read then; after it, for a master) and after each config_set; 0
- * turns the cache off and frees what it held.  Arenas are allocated and freed under the GIL, so the cache needs
- * no lock. */
+ * turns the cache off and frees what it held.  Arenas are allocated and
+ * freed under the GIL, so the cache needs no lock. */
 #include "binding.h"
 
 #include <stdlib.h>
