@@ -23,7 +23,6 @@
  * freed under the GIL, so the cache needs no lock. */
 #include "binding.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define KEEP_MB_DEFAULT 8
@@ -80,14 +79,11 @@ void fbp_arena_init(void)
 
 void fbp_arena_config_changed(const char *key)
 {
-    char buf[32];
-    if (strcmp(key, "pymalloc_keep_mb") != 0 ||
-        fiber_config_get("pymalloc_keep_mb", buf, sizeof buf) != 0)
+    if (strcmp(key, "pymalloc_keep_mb") != 0)
         return;
-    char *end;
-    long mb = strtol(buf, &end, 10);
-    if (end == buf || *end || mb < 0 || mb > 64)
-        return; /* the core checked it; never reached */
+    long long mb = fbp_config_int(key, -1);
+    if (mb < 0 || mb > 64)
+        return; /* unreadable (a bad .fiberconfig): the bound stays */
     keep_bytes = (size_t)mb << 20;
     while (nkept > 0 && (size_t)nkept * kept_size > keep_bytes) {
         nkept--;

@@ -102,6 +102,8 @@ void fbp_arena_init(void);
 void fbp_arena_config_changed(const char *key); /* after config_set */
 PyObject *fbp_arenas_kept(PyObject *self, PyObject *noargs);
 void fbp_object_config_changed(const char *key); /* after config_set */
+/* An integer configuration key's value, or dflt when it cannot be read. */
+long long fbp_config_int(const char *key, long long dflt);
 /* A fiber._fiber.Shared calling func with the value of ref key first. */
 PyObject *fbp_shared_make(PyObject *func, const unsigned char *key);
 

@@ -217,6 +217,22 @@ int fbp_job_opts(fiber_job_opts *o, PyObject *name, int cpu, int memory,
 
 /* ---- module functions ------------------------------------------------- */
 
+long long fbp_config_int(const char *key, long long dflt)
+{
+    char buf[64], *end;
+    if (fiber_config_get(key, buf, sizeof buf) != 0)
+        return dflt;
+    long long v = strtoll(buf, &end, 10);
+    return end != buf && *end == '\0' ? v : dflt;
+}
+
+/* The extension's readers of configuration keys, told that key changed. */
+static void config_changed(const char *key)
+{
+    fbp_object_config_changed(key);
+    fbp_arena_config_changed(key);
+}
+
 static PyObject *py_config_set(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -226,8 +242,7 @@ static PyObject *py_config_set(PyObject *self, PyObject *args)
     int rc = fiber_config_set(key, value);
     if (rc)
         return fbp_raise_last(rc);
-    fbp_object_config_changed(key);
-    fbp_arena_config_changed(key);
+    config_changed(key);
     Py_RETURN_NONE;
 }
 
@@ -343,12 +358,13 @@ static PyObject *py_init(PyObject *self, PyObject *args)
         atexit(flush_python_stdio);
     int rc;
     char msg[1024] = "";
-    fbp_arena_config_changed("pymalloc_keep_mb"); /* a job's, from FIBER_* */
+    /* A job's fiber_init never returns: its FIBER_* values are read now. */
+    config_changed("pymalloc_keep_mb");
     FBP_CALL(rc, msg, fiber_init(&argc, &argv));
     if (rc)
         return fbp_raise(rc, msg);
-    fbp_object_config_changed("object_cache_mb"); /* read from now on */
-    fbp_arena_config_changed("pymalloc_keep_mb");
+    config_changed("object_cache_mb"); /* a master's, read from now on */
+    config_changed("pymalloc_keep_mb");
     return PyBool_FromLong(fiber_is_master() == 1);
 }
 

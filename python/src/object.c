@@ -270,15 +270,10 @@ void fbp_object_config_changed(const char *key)
 static size_t cache_limit(void)
 {
     if (vcache_limit < 0) {
-        char buf[64];
-        long long mb = 4096;
-        if (fiber_config_get("object_cache_mb", buf, sizeof buf) == 0) {
-            char *end;
-            long long v = strtoll(buf, &end, 10);
-            if (end != buf && *end == '\0' && v >= 0)
-                mb = v < (LLONG_MAX >> 20) ? v : (LLONG_MAX >> 20);
-        }
-        vcache_limit = mb << 20;
+        long long mb = fbp_config_int("object_cache_mb", 4096);
+        if (mb < 0)
+            mb = 4096;
+        vcache_limit = (mb < (LLONG_MAX >> 20) ? mb : (LLONG_MAX >> 20)) << 20;
     }
     return (size_t)vcache_limit;
 }
