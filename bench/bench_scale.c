@@ -81,6 +81,7 @@ struct result {
     double master_cpu_s; /* user + system CPU of the master during the map */
     double workers_cpu_s; /* of all the workers, from start to exit */
     double map_workers_cpu_s; /* of all the workers during the map */
+    double map_runs_per_task; /* times a worker was put on a CPU, a task */
     long workers, ran_tasks_min, ran_tasks_max, distinct;
 };
 
@@ -130,17 +131,22 @@ static double self_cpu_s(void)
 
 /* The CPU seconds of the main threads of the n processes in pids,
  * summed, from /proc/<pid>/schedstat (nanoseconds: /proc/<pid>/stat
- * counts whole clock ticks, and a worker's share of a map is a few ms). */
-static double procs_cpu_s(const long *pids, long n)
+ * counts whole clock ticks, and a worker's share of a map is a few ms);
+ * *runs gets the sum of its third field, how many times those threads
+ * were put on a CPU (each wake-up from a sleep or a poll is one). */
+static double procs_cpu_s(const long *pids, long n, double *runs)
 {
     double sum = 0;
+    *runs = 0;
     for (long i = 0; i < n; i++) {
         char path[64];
         snprintf(path, sizeof path, "/proc/%ld/schedstat", pids[i]);
         FILE *f = fopen(path, "r");
-        unsigned long long ns;
-        if (f && fscanf(f, "%llu", &ns) == 1)
+        unsigned long long ns, wait_ns, slices;
+        if (f && fscanf(f, "%llu %llu %llu", &ns, &wait_ns, &slices) == 3) {
             sum += (double)ns / 1e9;
+            *runs += (double)slices;
+        }
         if (f)
             fclose(f);
     }
@@ -245,8 +251,9 @@ static void diagnose_limits(const char *err, long n)
 /* Forks n plain processes that each sleep TASKS_PER_WORKER times TASK_MS
  * once released, and times them from release until the last has exited
  * (seen as EOF on a pipe whose write end each holds).  Returns the
- * seconds, or -1. */
-static double sleep_floor(long n)
+ * seconds, or -1; *runs_per_sleep gets how many times a process was put
+ * on a CPU a sleep (its start and exit included). */
+static double sleep_floor(long n, double *runs_per_sleep)
 {
     int start[2], done[2];
     if (pipe2(start, O_CLOEXEC) != 0 || pipe2(done, O_CLOEXEC) != 0) {
@@ -270,11 +277,14 @@ static double sleep_floor(long n)
             close(done[0]);
             while (read(start[0], &c, 1) < 0 && errno == EINTR)
                 continue;
+            volatile int64_t mine = 0;
             for (int k = 0; k < TASKS_PER_WORKER; k++) {
                 struct timespec req = {0, TASK_MS * 1000000L};
                 while (nanosleep(&req, &req) != 0 && errno == EINTR)
                     continue;
+                mine = getpid(); /* as the task does */
             }
+            (void)mine;
             _exit(0);
         }
         pids[made] = pid;
@@ -293,10 +303,91 @@ static double sleep_floor(long n)
     }
     double t = bench_now_s() - t0;
     close(done[0]);
+    /* Exited but not yet waited for, their schedstat is still there. */
+    double runs = 0;
+    long *lp = calloc((size_t)n, sizeof *lp);
+    if (lp) {
+        for (long i = 0; i < made; i++)
+            lp[i] = pids[i];
+        procs_cpu_s(lp, made, &runs);
+        free(lp);
+    }
+    *runs_per_sleep = runs / ((double)n * TASKS_PER_WORKER);
     for (long i = 0; i < made; i++)
         waitpid(pids[i], NULL, 0);
     free(pids);
     return made == n ? t : -1;
+}
+
+/* The floor is run by a helper forked at the start, while this process
+ * is still small: forked from the master after its run (three threads,
+ * 18 MiB resident), the same 2,048 processes cost 15-30 % more CPU (their
+ * fork copies the master's page tables), which would flatter fiber. */
+struct floor_figures {
+    double s, cpu_s, runs;
+};
+static int floor_cmd = -1, floor_ans = -1;
+
+static void floor_helper_start(long n)
+{
+    int cmd[2], ans[2];
+    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(ans, O_CLOEXEC) != 0) {
+        fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, PROG ": fork (floor helper): %s\n", strerror(errno));
+        return;
+    }
+    if (pid == 0) {
+        close(cmd[1]);
+        close(ans[0]);
+        char c;
+        while (read(cmd[0], &c, 1) == 1) {
+            struct floor_figures f;
+            double kids0 = children_cpu_s();
+            f.s = sleep_floor(n, &f.runs);
+            f.cpu_s = children_cpu_s() - kids0;
+            if (write(ans[1], &f, sizeof f) != (ssize_t)sizeof f)
+                _exit(1);
+        }
+        _exit(0);
+    }
+    close(cmd[0]);
+    close(ans[1]);
+    floor_cmd = cmd[1];
+    floor_ans = ans[0];
+}
+
+/* The floor, timed by the helper and printed ("before" or "after" fiber's
+ * run).  Returns its seconds, or -1. */
+static double measure_floor(long n, const char *when)
+{
+    struct floor_figures f = {.s = -1};
+    char c = 'f';
+    if (floor_cmd < 0 || write(floor_cmd, &c, 1) != 1 ||
+        read(floor_ans, &f, sizeof f) != (ssize_t)sizeof f || f.s < 0) {
+        fprintf(stderr, PROG ": the sleep floor (%s) could not be measured\n",
+                when);
+        return -1;
+    }
+    printf("floor  (%s) %ld plain processes sleeping %d x %d ms: %.3f s "
+           "(their CPU: %.3f s, %.1f us a sleep; put on a CPU %.2f times a "
+           "sleep)\n", when, n, TASKS_PER_WORKER, TASK_MS, f.s, f.cpu_s,
+           f.cpu_s * 1e6 / ((double)n * TASKS_PER_WORKER), f.runs);
+    fflush(stdout);
+    return f.s;
+}
+
+static void floor_helper_stop(void)
+{
+    if (floor_cmd < 0)
+        return;
+    close(floor_cmd); /* EOF: the helper exits */
+    close(floor_ans);
+    wait(NULL);
 }
 
 /* ---- fiber side ---------------------------------------------------------- */
@@ -449,14 +540,16 @@ static int run_fiber(const struct options *o, struct result *r)
         printf("fiber  %ld workers connected after %.3f s\n", got,
                r->connect_s);
         fflush(stdout);
-        double wcpu0 = procs_cpu_s(pids, got);
+        double runs0, runs1;
+        double wcpu0 = procs_cpu_s(pids, got, &runs0);
         double t1 = bench_now_s(), cpu0 = self_cpu_s();
         int mrc = fiber_pool_map(pool, "bench_scale_task", in, sizeof *in,
                                  ntasks, out, sizeof *out,
                                  (size_t)o->chunksize);
         r->total_s = bench_now_s() - t1;
         r->master_cpu_s = self_cpu_s() - cpu0;
-        r->map_workers_cpu_s = procs_cpu_s(pids, got) - wcpu0;
+        r->map_workers_cpu_s = procs_cpu_s(pids, got, &runs1) - wcpu0;
+        r->map_runs_per_task = (runs1 - runs0) / (double)ntasks;
         if (mrc != 0) {
             char err[1024];
             snprintf(err, sizeof err, "%s", fiber_last_error());
@@ -482,9 +575,11 @@ static int run_fiber(const struct options *o, struct result *r)
                r->total_s, TASKS_PER_WORKER * TASK_MS / 1000.0, r->distinct,
                r->ran_tasks_min, r->ran_tasks_max);
         printf("fiber  CPU during the map: master %.3f s (%.4f s per 1,000 "
-               "tasks), workers %.3f s\n", r->master_cpu_s,
+               "tasks), workers %.3f s (%.1f us a task; put on a CPU %.2f "
+               "times a task)\n", r->master_cpu_s,
                r->master_cpu_s * 1000.0 / (double)ntasks,
-               r->map_workers_cpu_s);
+               r->map_workers_cpu_s, r->map_workers_cpu_s * 1e6 / ntasks,
+               r->map_runs_per_task);
         printf("fiber  memory per worker: VmRSS %.0f KiB, Pss %.0f KiB; "
                "master VmRSS %.0f KiB\n", r->rss_kib, r->pss_kib,
                r->master_rss_kib);
@@ -558,7 +653,8 @@ static void row(const char *what, double f, double p, int have_peer)
 }
 
 static void print_json(const struct options *o, const struct result *r,
-                       const struct result *p, double floor_s)
+                       const struct result *p, double floor_s,
+                       double floor_before, double floor_after)
 {
     bench_json_open(NULL);
     bench_json_long("workers", r->workers);
@@ -569,11 +665,14 @@ static void print_json(const struct options *o, const struct result *r,
     bench_json_long("tasks_per_worker_max", r->ran_tasks_max);
     bench_json_long("workers_used", r->distinct);
     bench_json_num("sleep_floor_s", 4, floor_s);
+    bench_json_num("sleep_floor_before_s", 4, floor_before);
+    bench_json_num("sleep_floor_after_s", 4, floor_after);
     if (floor_s > 0)
         bench_json_num("total_over_floor", 3, r->total_s / floor_s);
     bench_json_num("master_cpu_s", 3, r->master_cpu_s);
     bench_json_num("workers_cpu_s", 3, r->workers_cpu_s);
     bench_json_num("map_workers_cpu_s", 3, r->map_workers_cpu_s);
+    bench_json_num("map_runs_per_task", 3, r->map_runs_per_task);
     bench_json_num("master_cpu_s_per_1000_tasks", 5,
                    r->master_cpu_s * 1000.0 /
                        (double)(r->workers * TASKS_PER_WORKER));
@@ -608,17 +707,21 @@ int main(int argc, char **argv)
            "per worker\n", fiber_version(), o.workers, TASKS_PER_WORKER,
            TASK_MS);
     raise_nofile();
-    double kids0 = children_cpu_s();
-    double floor_s = sleep_floor(o.workers);
-    double floor_cpu_s = children_cpu_s() - kids0;
-    printf("floor  %ld plain processes sleeping %d x %d ms: %.3f s (their "
-           "CPU: %.3f s)\n", o.workers, TASKS_PER_WORKER, TASK_MS, floor_s,
-           floor_cpu_s);
+    /* The machine's speed drifts (this VM's floor has moved from 1.4 to
+     * 2.2 s within minutes), so the floor is measured on both sides of
+     * fiber's run and the ratio taken against their mean. */
+    floor_helper_start(o.workers);
+    double floor_before = measure_floor(o.workers, "before");
     struct result r, p;
     if (run_fiber(&o, &r) != 0) {
         fprintf(stderr, PROG ": FAILED\n");
         return 1;
     }
+    double floor_after = measure_floor(o.workers, "after");
+    floor_helper_stop();
+    double floor_s = floor_before > 0 && floor_after > 0
+                         ? (floor_before + floor_after) / 2
+                         : -1;
     int have_peer = !o.no_peer && bench_peer_done(PROG, run_peer(&o, &p));
     if (have_peer && p.workers != r.workers)
         printf("\nNOTE: the peer ran %ld workers, fiber %ld: compare "
@@ -631,12 +734,14 @@ int main(int argc, char **argv)
     row("create (s)", r.create_s, p.create_s, have_peer);
     row("connect_s", r.connect_s, p.connect_s, have_peer);
     row("total_s (ideal 1.0)", r.total_s, p.total_s, have_peer);
-    printf("%-22s %12.3f  (no framework: %ld plain processes)\n",
-           "sleep floor (s)", floor_s, o.workers);
+    printf("%-22s %12.3f  (no framework: %ld plain processes; mean of "
+           "%.3f before and %.3f after)\n", "sleep floor (s)", floor_s,
+           o.workers, floor_before, floor_after);
     row("VmRSS/worker (KiB)", r.rss_kib, p.rss_kib, have_peer);
     row("Pss/worker (KiB)", r.pss_kib, p.pss_kib, have_peer);
     printf("(x = mp / fiber: above 1, fiber is faster or smaller; mp = "
            "Python multiprocessing.Pool)\n\n");
-    print_json(&o, &r, have_peer ? &p : NULL, floor_s);
+    print_json(&o, &r, have_peer ? &p : NULL, floor_s, floor_before,
+               floor_after);
     return 0;
 }
