@@ -6,7 +6,7 @@
 
 #include "base/common.h"
 
-FIBER_API int fiber_buf_reserve(fiber_buf *b, size_t n)
+FIBER_API FB_HOT int fiber_buf_reserve(fiber_buf *b, size_t n)
 {
     if (!b)
         return fb_err(FIBER_EINVAL, "fiber_buf_reserve: buffer is NULL");
@@ -27,7 +27,7 @@ FIBER_API int fiber_buf_reserve(fiber_buf *b, size_t n)
     return 0;
 }
 
-FIBER_API int fiber_buf_append(fiber_buf *b, const void *p, size_t n)
+FIBER_API FB_HOT int fiber_buf_append(fiber_buf *b, const void *p, size_t n)
 {
     int rc = fiber_buf_reserve(b, n);
     if (rc)

@@ -17,6 +17,14 @@
 #define FB_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define FB_UNUSED(x) ((void)(x))
 
+/* On what a pool worker runs for every task: the compiler places such
+ * functions together (.text.hot), so that a task's path spans a page or
+ * two of code rather than one page per source file.  With thousands of
+ * workers on a few cores each task starts with cold caches and TLB, and
+ * every further page costs a page walk (docs/performance.md,
+ * bench-scale). */
+#define FB_HOT __attribute__((hot))
+
 /* Sets the calling thread's fiber_last_error() message (printf-style) and
  * returns code, so error paths read `return fb_err(FIBER_EINVAL, "...")`. */
 int fb_err(int code, const char *fmt, ...) FIBER_PRINTF(2, 3);

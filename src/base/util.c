@@ -13,7 +13,7 @@
 
 #include "base/common.h"
 
-uint64_t fb_now_ns(void)
+FB_HOT uint64_t fb_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -31,7 +31,6 @@ static const struct fb_api_hooks api_hooks = {
     .objects_address = fb_objects_master_address,
     .objects_master = fb_objects_set_master,
     .task_shared = fb_objects_set_task_shared,
-    .task_begin = fb_objects_task_begin,
     .task_end = fb_objects_task_end,
     .drain = api_drain,
 };

@@ -24,7 +24,7 @@
 
 #define SPIN_US 50
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */
-#define CHUNKS_PER_S 20000.0     /* and at most ~20,000 chunks a second */
+#define CHUNKS_PER_S 5000.0     /* and at most ~5,000 chunks a second */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
 #define MAX_CREDIT 1024
 /* A worker whose connection holds this many bytes not yet taken by its
@@ -427,22 +427,27 @@ static int process_inbox(struct fiber_pool *p)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-/* Tasks a worker may hold: about CREDIT_NS of work.  A task of unknown or
- * long duration is held alone, so a busy worker never sits on work that
- * an idle one could start (the round trip is small next to the task);
- * short tasks are held two or more at a time to hide the round trip. */
 /* The work a chunk should hold: ~200 us, or more when the pool is so
  * large that chunks that small would make the master exchange more than
  * CHUNKS_PER_S messages a second each way (2,048 workers running 10 ms
  * tasks one at a time: 204,800).  Then each worker gets chunks of
  * n_live / CHUNKS_PER_S seconds of work, and its results come back
- * together (worker.c reports a running chunk's results every 100 ms). */
+ * together, at the chunk's end (worker.c reports a chunk still running
+ * after a second).  At 2,048 workers on two cores every message costs
+ * both ends a cold wake-up, so 5,000 a second, not 20,000: bench-scale's
+ * workers spent 23 us of CPU a task instead of the floor's 15 with the
+ * smaller chunks (docs/performance.md). */
 static double chunk_work_ns(const struct fiber_pool *p)
 {
     double by_rate = (double)p->n_live * 1e9 / CHUNKS_PER_S;
     return by_rate > AUTO_CHUNK_NS ? by_rate : AUTO_CHUNK_NS;
 }
 
+/* Tasks a worker may hold: about CREDIT_NS of work, or two chunks.  A
+ * task of unknown or long duration is held alone, so a busy worker never
+ * sits on work that an idle one could start (the round trip is small next
+ * to the task); short tasks are held two or more at a time to hide the
+ * round trip. */
 static uint32_t credit_limit(const struct fiber_pool *p)
 {
     if (p->task_ns <= 0 || p->task_ns > LONG_TASK_NS)
@@ -450,6 +455,15 @@ static uint32_t credit_limit(const struct fiber_pool *p)
     /* Enough for two chunks, so the next is there when one ends. */
     double hold = 2 * chunk_work_ns(p);
     double c = (hold > CREDIT_NS ? hold : CREDIT_NS) / p->task_ns;
+    /* But no more than half a fair share of what is still to be sent, or
+     * CREDIT_NS of work if that is more: what a worker holds when the
+     * others run dry is the map's tail. */
+    double fair = (double)p->queued / (2.0 * (p->n_live > 0 ? p->n_live : 1));
+    double least = CREDIT_NS / p->task_ns;
+    if (fair < least)
+        fair = least;
+    if (c > fair)
+        c = fair;
     return c < 2 ? 2 : c > MAX_CREDIT ? MAX_CREDIT : (uint32_t)c;
 }
 
@@ -465,7 +479,7 @@ static size_t chunk_size(const struct fiber_pool *p, const struct fb_batch *b,
         double want = chunk_work_ns(p) / p->task_ns;
         c = want < 1 ? 1 : want > MAX_AUTO_CHUNK ? MAX_AUTO_CHUNK : (size_t)want;
         int alive = p->n_live;
-        size_t fair = remaining / (size_t)(4 * (alive > 0 ? alive : 1));
+        size_t fair = remaining / (size_t)(2 * (alive > 0 ? alive : 1));
         if (c > fair)
             c = fair > 0 ? fair : 1;
         if (c > room)
@@ -638,6 +652,8 @@ static int work_waiting(const struct fiber_pool *p)
  * the cost is in the tasks sent, not in the workers that exist. */
 void fb_pool_dispatch(struct fiber_pool *p)
 {
+    /* The credit follows what is left to send (a new map raises it). */
+    p->credit = credit_limit(p);
     uint32_t limit = p->credit;
     /* Breadth first: every idle worker gets work before any worker gets
      * more, so a batch smaller than the pool spreads over all of it.

@@ -94,9 +94,15 @@ void fb_pool_note(struct fiber_pool *p, struct fb_worker *w)
     struct fb_wlist *feed = NULL;
     if (w->state == W_READY && !w->retire && w->has_conn &&
         !(w->head && w->head->isolated)) {
+        /* Hungry below its credit once it holds one chunk or a third of
+         * its credit is free, not as soon as one task is: refilled a task
+         * at a time as results trickle back, a worker would get chunks
+         * of one. */
         if (w->inflight == 0)
             feed = &p->idle;
-        else if (w->inflight < p->credit)
+        else if (w->inflight < p->credit &&
+                 (w->head == w->tail ||
+                  w->inflight <= p->credit - (p->credit + 2) / 3))
             feed = &p->hungry;
     }
     place(w, WL_FEED, feed);

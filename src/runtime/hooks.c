@@ -19,7 +19,6 @@ static const struct fb_api_hooks none = {
     .objects_address = no_objects_address,
     .objects_master = no_objects_master,
     .task_shared = no_task_shared,
-    .task_begin = no_task,
     .task_end = no_task,
     .drain = no_drain,
 };

@@ -27,10 +27,10 @@ struct fb_api_hooks {
     /* A child at boot: the master's blob server address (NULL: none). */
     void (*objects_master)(const char *addr);
     /* The worker loop: the shared argument of the chunks that follow
-     * (NULL: none), and the start and end of each task (the end unpins
-     * what the task resolved). */
+     * (NULL: none), and the end of a task that asked for it with
+     * fb_task_owe_end (runtime/task.h): it unpins what the task
+     * resolved. */
     void (*task_shared)(const uint8_t *ref);
-    void (*task_begin)(void);
     void (*task_end)(void);
     /* A child whose process target returned: waits until deadline_ms for
      * the pipelined puts of handles it never freed. */

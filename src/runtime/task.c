@@ -134,4 +134,23 @@ FIBER_API int fiber_task_fail(const char *fmt, ...)
 
 const char *fb_task_failure(void) { return task_failure; }
 
-void fb_task_failure_clear(void) { task_failure[0] = '\0'; }
+FB_HOT void fb_task_failure_clear(void) { task_failure[0] = '\0'; }
+
+static struct {
+    int running;
+    int owes_end;
+} current;
+
+FB_HOT void fb_task_enter(void) { current.running = 1; }
+
+FB_HOT int fb_task_leave(void)
+{
+    int owed = current.owes_end;
+    current.running = 0;
+    current.owes_end = 0;
+    return owed;
+}
+
+int fb_task_running(void) { return current.running; }
+
+void fb_task_owe_end(void) { current.owes_end = 1; }

@@ -33,7 +33,7 @@
 #include "runtime/task.h"
 
 #define FLUSH_NS 2000000u
-#define PARTIAL_NS 100000000u /* a running chunk reports every 100 ms */
+#define PARTIAL_NS 1000000000u /* a running chunk reports every second */
 #define DRAIN_MS 30000 /* as the drain at a child's exit (child.c) */
 #define FB_EXIT_INIT 126 /* the initializer failed */
 
@@ -112,7 +112,7 @@ static void install_fault_handlers(struct worker *w)
  * the pipes' sends written: the api's drain hook), so that a result the
  * master sees comes after everything its task sent: a pool terminated
  * once its map returns loses none of the tasks' puts. */
-static void send_staged(struct worker *w, int wait)
+static FB_HOT void send_staged(struct worker *w, int wait)
 {
     struct fb_child *ch = w->ch;
     fb_rt_api()->drain(fb_deadline_ms(DRAIN_MS));
@@ -139,7 +139,7 @@ static int output_pending(struct worker *w)
     return pending;
 }
 
-static fiber_task_fn find_task(struct worker *w, const char *name,
+static FB_HOT fiber_task_fn find_task(struct worker *w, const char *name,
                                uint8_t len)
 {
     if (w->fn_cache && strlen(w->task_cache) == len &&
@@ -157,7 +157,7 @@ static fiber_task_fn find_task(struct worker *w, const char *name,
 }
 
 /* Runs one item and appends its result to the frame being built. */
-static void run_item(struct worker *w, fiber_task_fn fn, const char *task,
+static FB_HOT void run_item(struct worker *w, fiber_task_fn fn, const char *task,
                      const void *arg, uint32_t len)
 {
     w->arg.len = 0;
@@ -168,9 +168,10 @@ static void run_item(struct worker *w, fiber_task_fn fn, const char *task,
     int rc;
     if (fn) {
         w->running = 1;
-        fb_rt_api()->task_begin();
+        fb_task_enter();
         rc = fn(w->arg.data, len, &w->result);
-        fb_rt_api()->task_end(); /* what it resolved may be evicted now */
+        if (fb_task_leave())
+            fb_rt_api()->task_end(); /* what it resolved may be evicted */
         w->running = 0;
     } else {
         rc = fiber_task_fail("task '%s' is not registered in this worker",
@@ -200,7 +201,7 @@ static void run_item(struct worker *w, fiber_task_fn fn, const char *task,
                      fiber_last_error());
 }
 
-static void run_chunk(struct worker *w, const struct fb_wire_hdr *h,
+static FB_HOT void run_chunk(struct worker *w, const struct fb_wire_hdr *h,
                       const uint8_t *payload)
 {
     struct fb_msg_task m;
@@ -222,11 +223,20 @@ static void run_chunk(struct worker *w, const struct fb_wire_hdr *h,
         w->item = k;
         run_item(w, fn, task, arg, len);
         w->in_frame++;
-        uint64_t now = fb_now_ns();
         /* A long chunk reports what is done so far; so does one whose
-         * results would outgrow a message. */
-        if (k + 1 < m.count && (now - w->last_send_ns > PARTIAL_NS ||
-                                w->stage.len - w->mark > w->max_result)) {
+         * results would outgrow a message.  The clock is read after items
+         * 1, 2, 4, 8, ... and then every 64th, not after each: a chunk's
+         * items are alike, so a partial report is late by at most about
+         * as long again, and a long task's end is not one more cold page
+         * (the clock's) each time. */
+        uint32_t done = k + 1;
+        if (done == m.count)
+            break;
+        int big = w->stage.len - w->mark > w->max_result;
+        if (!big && (done & (done - 1)) != 0 && done % 64 != 0)
+            continue;
+        uint64_t now = fb_now_ns();
+        if (big || now - w->last_send_ns > PARTIAL_NS) {
             fb_wire_result_end(&w->stage, w->mark, w->in_frame, now - t0);
             send_staged(w, 0);
             offset += w->in_frame;
@@ -274,7 +284,7 @@ static int run_initializer(struct worker *w, const uint8_t *payload,
 }
 
 /* Waits for more input: spins for spin_us, then blocks. */
-static void wait_input(struct worker *w)
+static FB_HOT void wait_input(struct worker *w)
 {
     struct fb_conn *c = &w->ch->conn;
     size_t before = fb_conn_buffered(c);
@@ -335,7 +345,7 @@ static int worker_start(struct worker *w, struct fb_child *ch,
 /* Acts on one frame from the master.  Returns 0 to go on, 1 after STOP
  * (every result sent), or FIBER_EPROTO for a frame a worker does not
  * take. */
-static int on_frame(struct worker *w, const struct fb_wire_hdr *h,
+static FB_HOT int on_frame(struct worker *w, const struct fb_wire_hdr *h,
                     const uint8_t *p)
 {
     switch (h->type) {
@@ -365,13 +375,13 @@ static int on_frame(struct worker *w, const struct fb_wire_hdr *h,
 }
 
 /* Nothing more is buffered: the results go out before the loop waits. */
-static void worker_idle(struct worker *w)
+static FB_HOT void worker_idle(struct worker *w)
 {
     if (w->stage.len)
         send_staged(w, 0);
 }
 
-void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
+FB_HOT void fb_worker_main(struct fb_child *ch, const struct fb_wire_hdr *h,
                     const uint8_t *payload)
 {
     struct worker w = {0};

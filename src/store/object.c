@@ -31,6 +31,7 @@
 #include "base/log.h"
 #include "net/net.h"
 #include "runtime/runtime.h"
+#include "runtime/task.h"
 #include "store/object_int.h"
 
 #define BUCKETS 1024
@@ -533,7 +534,6 @@ FIBER_API int fiber_object_stats_get(fiber_object_stats *st)
 
 /* ---- a child: pins of the running task -------------------------------------- */
 
-static int in_task;
 static struct fb_blob **task_pins;
 static size_t n_task_pins, cap_task_pins;
 static uint8_t task_shared[FB_WIRE_REF_LEN];
@@ -546,11 +546,8 @@ void fb_objects_set_task_shared(const uint8_t *ref)
         memcpy(task_shared, ref, FB_WIRE_REF_LEN);
 }
 
-void fb_objects_task_begin(void) { in_task = 1; }
-
 void fb_objects_task_end(void)
 {
-    in_task = 0;
     if (n_task_pins == 0)
         return;
     fb_blobs_lock();
@@ -566,7 +563,7 @@ void fb_objects_task_end(void)
  * Returns 0 or FIBER_ENOMEM. */
 static int pin_for_caller(struct fb_blob *b, int hold)
 {
-    if (!in_task || hold) {
+    if (!fb_task_running() || hold) {
         b->outer_pins++;
         return 0;
     }
@@ -580,6 +577,7 @@ static int pin_for_caller(struct fb_blob *b, int hold)
     }
     task_pins[n_task_pins++] = b;
     fb_blob_pin(b);
+    fb_task_owe_end();
     return 0;
 }
 

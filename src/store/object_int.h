@@ -108,7 +108,6 @@ void fb_objects_shutdown(void);
 /* The worker loop: the shared argument of the chunks that follow (NULL:
  * none), and the end of each task (unpins what it resolved). */
 void fb_objects_set_task_shared(const uint8_t *ref);
-void fb_objects_task_begin(void);
 void fb_objects_task_end(void);
 
 /* ---- the arena (arena.c) ---- */

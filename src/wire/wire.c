@@ -443,7 +443,7 @@ int fb_wire_get_result(const uint8_t *p, size_t len, int32_t count,
     return rc;
 }
 
-void fb_wire_task_next(const uint8_t **cursor, const void **arg,
+FB_HOT void fb_wire_task_next(const uint8_t **cursor, const void **arg,
                        uint32_t *len)
 {
     *len = fb_get_le32(*cursor);
@@ -880,7 +880,7 @@ void fb_wire_task_end(fiber_buf *out, size_t mark, uint32_t count)
     end_frame(out, mark, count);
 }
 
-int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,
+FB_HOT int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,
                          size_t *mark)
 {
     if (!out)
@@ -899,7 +899,7 @@ int fb_wire_result_begin(fiber_buf *out, uint64_t id, uint32_t offset,
     return 0;
 }
 
-int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
+FB_HOT int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
                        uint32_t len)
 {
     if (!data && len)
@@ -921,7 +921,7 @@ int fb_wire_result_add(fiber_buf *out, int32_t rc, const void *data,
     return 0;
 }
 
-void fb_wire_result_end(fiber_buf *out, size_t mark, uint32_t count,
+FB_HOT void fb_wire_result_end(fiber_buf *out, size_t mark, uint32_t count,
                         uint64_t elapsed_ns)
 {
     fb_put_le64(out->data + mark + FB_WIRE_HDR_LEN + 4, elapsed_ns);
