@@ -49,9 +49,7 @@ static int pool_wait(struct fiber_pool *p, int (*done)(void *), void *arg,
         if (!p->driving) {
             p->driving = 1;
             int rc = fb_pool_progress(p, done, arg, deadline_ms);
-            p->driving = 0;
-            p->last_drive_ms = fb_now_ms();
-            fb_pool_wake(p);
+            fb_pool_drive_end(p);
             return rc;
         }
         /* Someone drives: ask the background thread to step aside. */

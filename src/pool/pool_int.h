@@ -200,6 +200,8 @@ struct fiber_pool {
     int want_drive;      /* callers waiting to take it over */
     int cond_waiters;    /* callers waiting on cond (pool_wait) */
     int bg_wait_ms;      /* the background thread's wait on cond, 0 awake */
+    int bg_waits_driver; /* it waits for the driving caller to stop */
+    uint64_t bg_wakes;   /* its waits that ended (tests read it) */
     int epfd, evfd;
     uint64_t last_drive_ms;
 
@@ -300,6 +302,9 @@ int fb_pool_progress(struct fiber_pool *p, int (*done)(void *), void *arg,
                      uint64_t deadline_ms);
 void fb_pool_run_callbacks(struct fiber_pool *p); /* mu held */
 void *fb_pool_bg_main(void *arg);
+/* A caller stops driving (mu held): wakes the background thread if work
+ * is left for it, else as fb_pool_wake. */
+void fb_pool_drive_end(struct fiber_pool *p);
 int fb_pool_alive_workers(const struct fiber_pool *p);
 
 /* batch.c */
@@ -330,8 +335,9 @@ const char *fb_batch_msg(const struct fb_batch *b);
 
 /* Wakes whoever waits on p->cond and needs to know: callers waiting for
  * a result or for the driver role, and the background thread when it
- * sleeps long (no work was outstanding: now there may be).  Its short
- * wait (2 ms, while a caller may come back) ends by itself.  Waking it on
+ * sleeps long (no work was outstanding: now there may be) or waits for a
+ * driving caller that has stopped.  Its short wait (2 ms, while a caller
+ * may come back) ends by itself.  Waking it on
  * every submission and result cost two context switches each on the
  * other core, preempting a worker or a caller that spun for its answer:
  * the spins then failed and their budgets fell, and a 1-worker apply
@@ -339,7 +345,8 @@ const char *fb_batch_msg(const struct fb_batch *b);
  * held. */
 static inline void fb_pool_wake(struct fiber_pool *p)
 {
-    if (p->cond_waiters > 0 || p->bg_wait_ms > 2)
+    if (p->cond_waiters > 0 || p->bg_wait_ms > 2 ||
+        (p->bg_waits_driver && !p->driving))
         pthread_cond_broadcast(&p->cond);
 }
 

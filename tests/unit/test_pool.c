@@ -1083,6 +1083,60 @@ TEST(results_of_slow_tasks_are_not_held_back)
     fiber_pool_free(p);
 }
 
+static uint64_t bg_wakes(fiber_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    uint64_t n = p->bg_wakes;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static void wait_calls(struct cb_state *s, int n)
+{
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&s->mu);
+        int calls = s->calls;
+        pthread_mutex_unlock(&s->mu);
+        if (calls >= n)
+            return;
+        sleep_ms(10);
+    }
+}
+
+/* While a caller waits (and drives the pool), the pool's thread sleeps
+ * instead of looking every 2 ms (it woke ~150 times in these 300 ms
+ * before).  A caller that stops with work left hands it to that thread,
+ * and a task submitted while no one drives wakes it: callbacks still run
+ * without anyone waiting. */
+TEST(pool_thread_sleeps_while_a_caller_drives)
+{
+    fiber_pool *p = make_pool(2);
+    int64_t ms = 300, x = 7;
+    CHECK_OK(fiber_pool_apply(p, "square", &x, 8, NULL));
+    uint64_t before = bg_wakes(p);
+    CHECK_OK(fiber_pool_apply(p, "sleep_then_echo", &ms, 8, NULL));
+    CHECK(bg_wakes(p) - before <= 10);
+
+    /* The caller stops while the sleep still runs on the other worker. */
+    struct cb_state s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    ms = 200;
+    CHECK_OK(fiber_pool_apply_async(p, "sleep_then_echo", &ms, 8, on_done,
+                                    &s, NULL));
+    CHECK_OK(fiber_pool_apply(p, "square", &x, 8, NULL));
+    wait_calls(&s, 1);
+    CHECK_EQ(s.calls, 1);
+    CHECK_EQ(s.sum, 200);
+
+    /* Submitted right after a caller stopped with nothing left. */
+    CHECK_OK(fiber_pool_apply(p, "square", &x, 8, NULL));
+    x = 9;
+    CHECK_OK(fiber_pool_apply_async(p, "square", &x, 8, on_done, &s, NULL));
+    wait_calls(&s, 2);
+    CHECK_EQ(s.calls, 2);
+    CHECK_EQ(s.sum, 200 + 81);
+    fiber_pool_free(p);
+}
+
 TEST(terminate_with_an_unread_iterator)
 {
     enum { N = 20000 };
