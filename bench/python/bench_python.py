@@ -18,6 +18,11 @@ Figures (2-core machine):
   apply_async of a task sleeping 1 ms (10 ms) that returns the sleep it
   measured; overhead per round = (elapsed - floor) / rounds, the floor
   being the sum of each round's longest measured sleep.
+- the overhead test with no framework (overhead_floor.py: five forked
+  Python processes over socket pairs, the same rounds), under "floor",
+  and fiber's figures over it under "x_floor": what this machine's
+  wake-ups cost a round whatever the framework (docs/python.md has the
+  figures of the VMs it ran on).
 - apply_rtt_median_us: one worker, apply() of a no-op, median of n after
   as many untimed ones.  The steady state: on the 2-core VM the first
   thousands of round trips after a pool starts are slower for every peer
@@ -219,6 +224,22 @@ def measure_peer(name, venv, quick):
     return json.loads(lines[-1])
 
 
+def measure_floor(quick):
+    """The overhead test with no framework (overhead_floor.py, in a fresh
+    interpreter: it forks), or None with the reason printed."""
+    import subprocess
+    cmd = [sys.executable, os.path.join(HERE, "overhead_floor.py")]
+    if quick:
+        cmd.append("--quick")
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        err = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        print("floor: not measured (%s)" % err)
+        return None
+    return json.loads(lines[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -240,6 +261,14 @@ def main():
     for k, v in fib.items():
         print("fiber            %-32s %12.1f" % (k, v))
     out.update(fib)
+    floor = measure_floor(args.quick)
+    if floor is not None:
+        out["floor"] = floor
+        out["x_floor"] = {}
+        for k, v in floor.items():
+            print("floor            %-32s %12.1f" % (k, v))
+            out["x_floor"][k] = fib[k] / v
+            print("fiber / floor    %-32s %8.2fx" % (k, fib[k] / v))
     for name, mod in mods.items():
         res = measure(mod, args.quick)
         out["peer"][name] = res
