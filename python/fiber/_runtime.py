@@ -55,7 +55,8 @@ def check_not_forked(what):
 
 def _main_info():
     """How a job finds the master's __main__: a module name (python -m),
-    a script path, or nothing (an interactive session, python -c)."""
+    a script path, or nothing (an interactive session, python -c, a
+    program read from standard input)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and getattr(spec, "name", None):
@@ -64,8 +65,12 @@ def _main_info():
             name = name[: -len(".__main__")]
         return {"FIBER_PY_MAIN_MODULE": name}
     path = getattr(main, "__file__", None)
-    if path:
+    if path and not (path.startswith("<") and path.endswith(">")):
         return {"FIBER_PY_MAIN_PATH": os.path.abspath(path)}
+    # No file to run again: python -c, a session, or a program read from
+    # its standard input (python - < prog.py names it "<stdin>").  Tasks
+    # defined elsewhere work; one defined in such a __main__ fails to
+    # unpickle with a clear error, as in a `python -c` master.
     return {}
 
 

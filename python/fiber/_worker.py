@@ -107,6 +107,21 @@ def _end_for_retry(name, tb_text):
 _RETRY_EXIT = 1
 
 
+def _load_hint(e):
+    """What to check when a task's function does not load here."""
+    main = sys.modules.get("__main__")
+    if (isinstance(e, AttributeError) and
+            getattr(main, "__name__", None) != "__mp_main__"):
+        # No main module was run in this job: the master's has no file.
+        return ("the master's __main__ has no file to run here (python -c, "
+                "a program read from standard input, a session): define "
+                "the function in a file")
+    if isinstance(e, AttributeError) and "__mp_main__" in str(e):
+        return ("is it defined at the top level of the script, not under "
+                "`if __name__ == \"__main__\":`?")
+    return "is its module importable here, with the same sys.path?"
+
+
 def run_task(view):
     try:
         kind, flags, func_bytes, body = env.parse_task(view)
@@ -117,9 +132,8 @@ def run_task(view):
         func = _callable(func_bytes)
     except Exception as e:
         err = env.PicklingError(
-            "this worker cannot load the task's function: %s: %s (is its "
-            "module importable here, with the same sys.path?)"
-            % (type(e).__name__, e))
+            "this worker cannot load the task's function: %s: %s (%s)"
+            % (type(e).__name__, e, _load_hint(e)))
         if kind == env.PROC:
             return _unloadable_process(e)
         if kind == env.INIT:

@@ -9,17 +9,20 @@ PKG = os.path.dirname(HERE)
 
 
 def run_script(tmp_path, source, timeout=60, env=None, name="prog.py",
-               args=()):
+               args=(), from_stdin=False):
     """Runs source as a Python program (its own master), with command-line
-    arguments args; returns the CompletedProcess."""
+    arguments args; from_stdin: read by `python -` from its standard
+    input, with no file.  Returns the CompletedProcess."""
     path = tmp_path / name
-    path.write_text(source)
+    if not from_stdin:
+        path.write_text(source)
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([PKG, HERE] + [p for p in [e.get("PYTHONPATH")] if p])
     if env:
         e.update(env)
-    return subprocess.run([sys.executable, str(path)] + list(args),
-                          capture_output=True,
+    return subprocess.run([sys.executable, "-" if from_stdin else str(path)]
+                          + list(args), capture_output=True,
+                          input=source if from_stdin else None,
                           text=True, timeout=timeout, cwd=str(tmp_path), env=e)
 
 

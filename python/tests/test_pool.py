@@ -220,6 +220,48 @@ if __name__ == "__main__":
     assert "cannot load the task's function" in r.stdout
 
 
+def test_a_program_read_from_standard_input(script):
+    # `python - < prog.py`: __main__ has no file (its __file__ is
+    # "<stdin>").  Jobs must not try to run it again (a traceback on
+    # every job's stderr); functions from modules work, and one defined
+    # in that __main__ fails with an error that says why.
+    r = script('''
+import os, fiber
+def sq(x):
+    return x * x
+if __name__ == "__main__":
+    with fiber.Pool(2) as pool:
+        print(sorted(pool.map(abs, [-1, -2, 3])))
+        try:
+            pool.map(sq, [1, 2])
+        except Exception as e:
+            print(type(e).__name__, e)
+''', from_stdin=True)
+    assert r.returncode == 0, r.stderr
+    assert "[1, 2, 3]" in r.stdout
+    assert "PicklingError" in r.stdout
+    assert "has no file to run here" in r.stdout
+    assert "cannot import the program's main module" not in r.stderr
+    assert "<stdin>" not in r.stderr
+
+
+def test_function_defined_under_the_main_guard(script):
+    r = script('''
+import fiber
+if __name__ == "__main__":
+    def sq(x):
+        return x * x
+    with fiber.Pool(1) as pool:
+        try:
+            pool.map(sq, [1, 2])
+        except Exception as e:
+            print(type(e).__name__, e)
+''')
+    assert r.returncode == 0, r.stderr
+    assert "PicklingError" in r.stdout
+    assert "top level of the script" in r.stdout
+
+
 def test_numpy_arrays_round_trip_out_of_band(pool):
     np = pytest.importorskip("numpy")
     a = np.arange(1 << 18, dtype=np.float64)   # 2 MiB: out of band
