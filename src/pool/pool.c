@@ -48,6 +48,7 @@ static int pool_wait(struct fiber_pool *p, int (*done)(void *), void *arg,
     while (!done(arg)) {
         if (!p->driving) {
             p->driving = 1;
+            p->drive_start_ms = fb_now_ms();
             int rc = fb_pool_progress(p, done, arg, deadline_ms);
             fb_pool_drive_end(p);
             return rc;

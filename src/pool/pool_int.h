@@ -201,6 +201,7 @@ struct fiber_pool {
     int cond_waiters;    /* callers waiting on cond (pool_wait) */
     int bg_wait_ms;      /* the background thread's wait on cond, 0 awake */
     int bg_waits_driver; /* it waits for the driving caller to stop */
+    uint64_t drive_start_ms; /* when the driving caller began */
     uint64_t bg_wakes;   /* its waits that ended (tests read it) */
     int epfd, evfd;
     uint64_t last_drive_ms;
@@ -302,8 +303,10 @@ int fb_pool_progress(struct fiber_pool *p, int (*done)(void *), void *arg,
                      uint64_t deadline_ms);
 void fb_pool_run_callbacks(struct fiber_pool *p); /* mu held */
 void *fb_pool_bg_main(void *arg);
-/* A caller stops driving (mu held): wakes the background thread if work
- * is left for it, else as fb_pool_wake. */
+/* A caller stops driving (mu held): wakes the callers waiting for the
+ * driver role, and the background thread if work is left for it; with
+ * nothing left, the next submission made while no one drives wakes it
+ * (fb_pool_wake). */
 void fb_pool_drive_end(struct fiber_pool *p);
 int fb_pool_alive_workers(const struct fiber_pool *p);
 

@@ -23,6 +23,7 @@
 #include "pool/pool_int.h"
 
 #define SPIN_US 50
+#define LONG_DRIVE_MS 10 /* a caller driving this long: see fb_pool_bg_main */
 #define AUTO_CHUNK_NS 200000.0   /* aim for chunks of ~200 us of work */
 #define CHUNKS_PER_S 5000.0     /* and at most ~5,000 chunks a second */
 #define CREDIT_NS 1000000.0      /* and ~1 ms of work held per worker */
@@ -1142,10 +1143,12 @@ void fb_pool_drive_end(struct fiber_pool *p)
 {
     p->driving = 0;
     p->last_drive_ms = fb_now_ms();
-    if (p->bg_waits_driver && outstanding(p))
-        pthread_cond_broadcast(&p->cond); /* its work now */
-    else
-        fb_pool_wake(p);
+    /* Not fb_pool_wake, which now would wake the background thread even
+     * with nothing left: a caller making one call after another would
+     * wake it twice a call (here, then at its next submission). */
+    if (p->cond_waiters > 0 || p->bg_wait_ms > 2 ||
+        (p->bg_waits_driver && outstanding(p)))
+        pthread_cond_broadcast(&p->cond);
 }
 
 static int bg_done(void *arg)
@@ -1159,9 +1162,9 @@ static int bg_done(void *arg)
  * steps aside (want_drive) as soon as a caller wants to wait itself, and
  * lets a caller that just stopped driving keep the socket for 2 ms before
  * taking over, so a caller issuing one call after another never pays a
- * thread hand-over.  While a caller drives it sleeps until woken (a
- * thread that looked every 2 ms cost a waiting master ~500 wake-ups a
- * second).  It stops when the pool is freed (bg_stop). */
+ * thread hand-over.  While a caller has driven for LONG_DRIVE_MS it sleeps
+ * until woken (a thread that looked every 2 ms cost a master waiting in a
+ * long map ~500 wake-ups a second).  It stops when the pool is freed (bg_stop). */
 void *fb_pool_bg_main(void *arg)
 {
     struct fiber_pool *p = arg;
@@ -1180,12 +1183,16 @@ void *fb_pool_bg_main(void *arg)
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        /* While a caller drives there is nothing to look at every 2 ms:
-         * the caller wakes this thread when it stops with work left
-         * (fb_pool_drive_end), and so does the next submission made
-         * while no one drives (fb_pool_wake); not the submissions and
-         * results while it drives (bg_wait_ms stays at 2). */
-        int for_driver = work && p->driving;
+        /* While a caller has been driving a while (a long map) there is
+         * nothing to look at every 2 ms: the caller wakes this thread
+         * when it stops with work left (fb_pool_drive_end), and so does
+         * the next submission made while no one drives (fb_pool_wake);
+         * not the submissions and results while it drives (bg_wait_ms
+         * stays at 2).  Not for short drives: a caller making one call
+         * after another submits just before it drives, and that
+         * submission would wake this thread once a call. */
+        int for_driver = work && p->driving &&
+                         p->drive_start_ms + LONG_DRIVE_MS <= now;
         long add_ms = work && !for_driver ? 2 : 200;
         ts.tv_nsec += add_ms * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
