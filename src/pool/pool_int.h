@@ -192,6 +192,15 @@ struct fb_inbox_ev {
 #define IN_CONNECTED 1
 #define IN_ENDED 2
 
+/* What the background thread waits for on p->cond (fb_pool_bg_main), and
+ * so which events wake it (fb_pool_wake, fb_pool_drive_end). */
+enum fb_bg_wait {
+    BG_AWAKE = 0,  /* not waiting */
+    BG_BRIEF,      /* a 2 ms look: no event wakes it */
+    BG_IDLE,       /* 200 ms, nothing outstanding: any event wakes it */
+    BG_FOR_DRIVER, /* a caller's long drive: woken when no one drives */
+};
+
 struct fiber_pool {
     uint32_t magic;
     pthread_mutex_t mu;
@@ -199,8 +208,7 @@ struct fiber_pool {
     int driving;         /* a thread runs the progress loop */
     int want_drive;      /* callers waiting to take it over */
     int cond_waiters;    /* callers waiting on cond (pool_wait) */
-    int bg_wait_ms;      /* the background thread's wait on cond, 0 awake */
-    int bg_waits_driver; /* it waits for the driving caller to stop */
+    enum fb_bg_wait bg_wait; /* what the background thread waits for */
     uint64_t drive_start_ms; /* when the driving caller began */
     uint64_t bg_wakes;   /* its waits that ended (tests read it) */
     int epfd, evfd;
@@ -336,20 +344,26 @@ void fb_batch_free(struct fb_batch *b);
 /* The failure message, "" if none. */
 const char *fb_batch_msg(const struct fb_batch *b);
 
-/* Wakes whoever waits on p->cond and needs to know: callers waiting for
- * a result or for the driver role, and the background thread when it
- * sleeps long (no work was outstanding: now there may be) or waits for a
- * driving caller that has stopped.  Its short wait (2 ms, while a caller
- * may come back) ends by itself.  Waking it on
- * every submission and result cost two context switches each on the
- * other core, preempting a worker or a caller that spun for its answer:
- * the spins then failed and their budgets fell, and a 1-worker apply
- * round trip went from ~15 us to ~50 us for thousands of calls.  mu
- * held. */
+/* Whether someone sleeping on p->cond needs every change: a caller
+ * waiting for a result or for the driver role, or the background thread
+ * idle (no work was outstanding: now there may be).  mu held. */
+static inline int fb_pool_cond_watched(const struct fiber_pool *p)
+{
+    return p->cond_waiters > 0 || p->bg_wait == BG_IDLE;
+}
+
+/* Wakes whoever waits on p->cond and needs to know: fb_pool_cond_watched,
+ * and the background thread waiting out a caller's long drive once no
+ * one drives (a submission after the drive).  Its brief wait (2 ms,
+ * while a caller may come back) ends by itself.  Waking it on every
+ * submission and result cost two context switches each on the other
+ * core, preempting a worker or a caller that spun for its answer: the
+ * spins then failed and their budgets fell, and a 1-worker apply round
+ * trip went from ~15 us to ~50 us for thousands of calls.  mu held. */
 static inline void fb_pool_wake(struct fiber_pool *p)
 {
-    if (p->cond_waiters > 0 || p->bg_wait_ms > 2 ||
-        (p->bg_waits_driver && !p->driving))
+    if (fb_pool_cond_watched(p) ||
+        (p->bg_wait == BG_FOR_DRIVER && !p->driving))
         pthread_cond_broadcast(&p->cond);
 }
 

@@ -1143,11 +1143,12 @@ void fb_pool_drive_end(struct fiber_pool *p)
 {
     p->driving = 0;
     p->last_drive_ms = fb_now_ms();
-    /* Not fb_pool_wake, which now would wake the background thread even
-     * with nothing left: a caller making one call after another would
-     * wake it twice a call (here, then at its next submission). */
-    if (p->cond_waiters > 0 || p->bg_wait_ms > 2 ||
-        (p->bg_waits_driver && outstanding(p)))
+    /* Not fb_pool_wake, which, no one driving now, would wake the
+     * background thread even with nothing left: a caller making one call
+     * after another would wake it twice a call (here, then at its next
+     * submission). */
+    if (fb_pool_cond_watched(p) ||
+        (p->bg_wait == BG_FOR_DRIVER && outstanding(p)))
         pthread_cond_broadcast(&p->cond);
 }
 
@@ -1164,7 +1165,8 @@ static int bg_done(void *arg)
  * taking over, so a caller issuing one call after another never pays a
  * thread hand-over.  While a caller has driven for LONG_DRIVE_MS it sleeps
  * until woken (a thread that looked every 2 ms cost a master waiting in a
- * long map ~500 wake-ups a second).  It stops when the pool is freed (bg_stop). */
+ * long map ~500 wake-ups a second).  It stops when the pool is freed
+ * (bg_stop). */
 void *fb_pool_bg_main(void *arg)
 {
     struct fiber_pool *p = arg;
@@ -1187,22 +1189,23 @@ void *fb_pool_bg_main(void *arg)
          * nothing to look at every 2 ms: the caller wakes this thread
          * when it stops with work left (fb_pool_drive_end), and so does
          * the next submission made while no one drives (fb_pool_wake);
-         * not the submissions and results while it drives (bg_wait_ms
-         * stays at 2).  Not for short drives: a caller making one call
-         * after another submits just before it drives, and that
-         * submission would wake this thread once a call. */
-        int for_driver = work && p->driving &&
-                         p->drive_start_ms + LONG_DRIVE_MS <= now;
-        long add_ms = work && !for_driver ? 2 : 200;
+         * not the submissions and results while it drives.  Not for
+         * short drives: a caller making one call after another submits
+         * just before it drives, and that submission would wake this
+         * thread once a call. */
+        if (!work)
+            p->bg_wait = BG_IDLE;
+        else if (p->driving && p->drive_start_ms + LONG_DRIVE_MS <= now)
+            p->bg_wait = BG_FOR_DRIVER;
+        else
+            p->bg_wait = BG_BRIEF;
+        long add_ms = p->bg_wait == BG_BRIEF ? 2 : 200;
         ts.tv_nsec += add_ms * 1000000L;
         ts.tv_sec += ts.tv_nsec / 1000000000L;
         ts.tv_nsec %= 1000000000L;
-        p->bg_wait_ms = for_driver ? 2 : (int)add_ms;
-        p->bg_waits_driver = for_driver;
         pthread_cond_timedwait(&p->cond, &p->mu, &ts);
         p->bg_wakes++;
-        p->bg_waits_driver = 0;
-        p->bg_wait_ms = 0;
+        p->bg_wait = BG_AWAKE;
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
