@@ -26,6 +26,12 @@ The queue is unbounded unless --maxsize is given (multiprocessing's
 default, and the case the batching is for: a bounded fiber Queue puts
 one message per round trip so that put blocks while it is full).
 
+--payload bytearray puts the same 64 bytes as a bytearray: fiber's
+queues write a bytes object (as any None, bool, int, float, str, and a
+tuple of them) in their own compact encoding (python/src/codec.c) and
+pickle everything else, a bytearray among them; this measures the
+pickled path.  multiprocessing pickles both.
+
 Latency: one producer and one consumer; the producer stamps a message
 with time.monotonic_ns() and puts it, the consumer gets it, records now -
 stamp and answers on a second queue of the same library, and only then
@@ -58,14 +64,18 @@ _PAD = b"\0" * (MSG_BYTES - _HEAD.size)
 END = None
 
 
-def producer(data, ctl, go, ident, count):
+def producer(data, ctl, go, ident, count, payload="bytes"):
     ctl.put(("ready",))
     go.get()
     put = data.put
     head = _HEAD.pack
     first = time.monotonic_ns()
-    for i in range(count):
-        put(head(ident, i) + _PAD)
+    if payload == "bytearray":
+        for i in range(count):
+            put(bytearray(head(ident, i) + _PAD))
+    else:
+        for i in range(count):
+            put(head(ident, i) + _PAD)
     if hasattr(data, "join_thread"):   # not multiprocessing's SimpleQueue,
         data.close()                   # whose put is already in the pipe
         data.join_thread()
@@ -112,7 +122,8 @@ def make_queue(mod, kind, maxsize):
     return mod.Queue(maxsize) if maxsize else mod.Queue()
 
 
-def run_once(mod, kind, shape, messages, maxsize, latency=False):
+def run_once(mod, kind, shape, messages, maxsize, latency=False,
+             payload="bytes"):
     """One run of a shape; returns msgs/s, or (median, p99) in us with
     latency."""
     data = make_queue(mod, kind, maxsize)
@@ -129,7 +140,7 @@ def run_once(mod, kind, shape, messages, maxsize, latency=False):
         else:
             count = messages // shape + (1 if i < messages % shape else 0)
             procs.append(mod.Process(target=producer,
-                                     args=(data, ctl, go, i, count)))
+                                     args=(data, ctl, go, i, count, payload)))
     for p in procs:
         p.start()
     for _ in procs:
@@ -166,7 +177,8 @@ def measure(mod, args):
     out = {}
     for kind in ("queue", "simplequeue"):
         for shape in (1, 4):
-            rates = [run_once(mod, kind, shape, args.messages, args.maxsize)
+            rates = [run_once(mod, kind, shape, args.messages, args.maxsize,
+                              payload=args.payload)
                      for _ in range(args.repeat)]
             out["%s_%dx%d_msgs_per_s" % (kind, shape, shape)] = \
                 round(statistics.median(rates), 1)
@@ -184,6 +196,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--samples", type=int, default=5000)
     ap.add_argument("--maxsize", type=int, default=0)
+    ap.add_argument("--payload", choices=("bytes", "bytearray"),
+                    default="bytes",
+                    help="what the rate shapes put: bytes (the default; "
+                    "fiber encodes it with its codec) or bytearray (the "
+                    "same 64 bytes, which fiber pickles)")
     ap.add_argument("--quick", action="store_true",
                     help="a tenth of the messages and samples")
     args = ap.parse_args()
@@ -197,9 +214,10 @@ def main():
         args.samples = max(100, args.samples // 10)
     import multiprocessing
     import fiber
-    print("fiber %s, Python %s, %d CPUs, %d messages of %d bytes, maxsize %d"
-          % (fiber.__version__, sys.version.split()[0], os.cpu_count(),
-             args.messages, MSG_BYTES, args.maxsize))
+    print("fiber %s, Python %s, %d CPUs, %d messages of %d bytes (%s), "
+          "maxsize %d" % (fiber.__version__, sys.version.split()[0],
+                          os.cpu_count(), args.messages, MSG_BYTES,
+                          args.payload, args.maxsize))
     fib = measure(fiber, args)
     for k, v in fib.items():
         print("fiber            %-32s %12.1f" % (k, v))

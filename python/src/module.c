@@ -617,7 +617,8 @@ PyMODINIT_FUNC PyInit__fiber(void)
         !(closed_error = new_error(m, "ClosedError", fiber_error)) ||
         !(notask_error = new_error(m, "NoTaskError", fiber_error)))
         goto fail;
-    if (PyModule_AddFunctions(m, fbp_envelope_methods) != 0)
+    if (PyModule_AddFunctions(m, fbp_envelope_methods) != 0 ||
+        PyModule_AddFunctions(m, fbp_codec_methods) != 0)
         goto fail;
     fbp_arena_init();
     if (fbp_process_init(m) || fbp_pool_init(m) || fbp_queue_init(m) ||

@@ -2,8 +2,9 @@
  * queue.c -- _fiber.Queue over fiber_queue and _fiber.Pipe over
  * fiber_pipe.
  *
- * Queue.put_mp and Queue.get_mp (fiber.Queue's put and get) pickle and
- * unpickle here, one call a message; on an unbounded queue, put_mp
+ * Queue.put_mp and Queue.get_mp (fiber.Queue's put and get) encode and
+ * decode here, one call a message (codec.c's encoding for the small
+ * values it knows, a pickle for the rest); on an unbounded queue, put_mp
  * gathers pipelined puts in the handle's send buffer
  * and hands them to the C queue in batches ("the send buffer" below
  * says when).  put, get and Pipe's send and recv move byte messages
@@ -356,7 +357,7 @@ static int settle(FbpQueue *self, char *msg, size_t msg_size)
     return rc;
 }
 
-/* Gathers data (a pickle) for a pipelined put: hands it over now (with
+/* Gathers data (a message: a pickle or codec.c's encoding) for a pipelined put: hands it over now (with
  * what was gathered before it) when it is a lone put or the batch is
  * full, else leaves it to the flusher.  GIL held.  Returns 0 or a code
  * with its text in msg. */
@@ -375,9 +376,9 @@ static int hand_over_now(FbpQueue *self, char *msg, size_t msg_size)
     return rc;
 }
 
-static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
+static int gather(FbpQueue *self, const char *data, size_t len, char *msg,
+                  size_t msg_size)
 {
-    size_t len = (size_t)PyBytes_GET_SIZE(data);
     uint64_t now = now_ns();
     pthread_mutex_lock(&self->mu);
     /* Other threads of the process may have filled the batch since its
@@ -402,7 +403,7 @@ static int gather(FbpQueue *self, PyObject *data, char *msg, size_t msg_size)
         self->iov = malloc(BATCH_MAX * sizeof *self->iov);
     }
     if (!self->lens || !self->send_lens || !self->iov ||
-        fiber_buf_append(&self->pending, PyBytes_AS_STRING(data), len)) {
+        fiber_buf_append(&self->pending, data, len)) {
         pthread_mutex_unlock(&self->mu);
         snprintf(msg, msg_size, "out of memory for a queue's send buffer");
         return FIBER_ENOMEM;
@@ -650,19 +651,20 @@ static PyObject *queue_get(FbpQueue *self, PyObject *args)
 static PyObject *pickle_dumps, *pickle_loads, *protocol_5;
 static PyObject *std_full, *std_empty;
 
-/* Puts the pickle data: with timeout_ms < 0 and pipelined, gathered in
- * the send buffer (above); otherwise, after what was gathered, as one
- * synchronous put, waited for in slices. */
-static int put_bytes(FbpQueue *self, PyObject *data, int timeout_ms,
-                     int pipelined, char *msg, size_t msg_size)
+/* Puts the message data[0..len): with timeout_ms < 0 and pipelined,
+ * gathered in the send buffer (above); otherwise, after what was
+ * gathered, as one synchronous put, waited for in slices (the GIL
+ * released: data must be the caller's own, not shared by the handle). */
+static int put_bytes(FbpQueue *self, const char *data, size_t len,
+                     int timeout_ms, int pipelined, char *msg,
+                     size_t msg_size)
 {
     if (timeout_ms < 0 && pipelined)
-        return gather(self, data, msg, msg_size);
+        return gather(self, data, len, msg, msg_size);
     int rc = settle(self, msg, msg_size);
     if (rc)
         return rc;
-    struct qput c = {self->q, NULL, PyBytes_AS_STRING(data),
-                     (size_t)PyBytes_GET_SIZE(data)};
+    struct qput c = {self->q, NULL, data, len};
     return fbp_wait_sliced(put_step, &c, timeout_ms, msg, msg_size);
 }
 
@@ -678,25 +680,60 @@ static PyObject *result(int rc, const char *msg, PyObject *would_wait)
     return status(rc, msg);
 }
 
-/* Pickles obj (protocol 5; a pickling error is raised here, by the put
- * that caused it) and puts it: pipelined on an unbounded queue (mp_mode)
- * when it may wait for ever, else answered, so that a put on a bounded
- * queue blocks while it is full, as multiprocessing's does. */
+/* Encodes obj (codec.c's encoding when it is one of its values, else a
+ * pickle of protocol 5; a pickling error is raised here, by the put that
+ * caused it) and puts it: pipelined on an unbounded queue (mp_mode) when
+ * it may wait for ever, else answered, so that a put on a bounded queue
+ * blocks while it is full, as multiprocessing's does.  The encoding is
+ * in this call's own buffer (on the stack when small), as put_bytes
+ * requires. */
 static PyObject *put_obj(FbpQueue *self, PyObject *obj, int timeout_ms)
 {
-    PyObject *call[2] = {obj, protocol_5};
-    PyObject *data = PyObject_Vectorcall(pickle_dumps, call, 2, NULL);
-    if (!data)
+    fbp_wbuf w;
+    fbp_wbuf_init(&w);
+    PyObject *pickled = NULL;
+    const char *data;
+    size_t len;
+    int simple = fbp_codec_encode(obj, &w);
+    if (simple < 0)
         return NULL;
+    if (simple) {
+        data = w.p;
+        len = w.len;
+    } else {
+        PyObject *call[2] = {obj, protocol_5};
+        pickled = PyObject_Vectorcall(pickle_dumps, call, 2, NULL);
+        if (!pickled)
+            return NULL;
+        data = PyBytes_AS_STRING(pickled);
+        len = (size_t)PyBytes_GET_SIZE(pickled);
+    }
     char msg[1024];
     msg[0] = '\0';
-    int rc = put_bytes(self, data, timeout_ms, self->mp_pipelined, msg,
+    int rc = put_bytes(self, data, len, timeout_ms, self->mp_pipelined, msg,
                        sizeof msg);
-    Py_DECREF(data);
+    Py_XDECREF(pickled);
+    fbp_wbuf_free(&w);
     return result(rc, msg, std_full);
 }
 
-/* Takes a message and unpickles it.  A message
+/* The value of a message put by put_obj: codec.c's encoding or a pickle,
+ * told apart by the first byte; read where it lies (the unpickler and the
+ * decoder copy what they keep, so no bytes object is made of it first). */
+static PyObject *decode_message(const void *data, size_t len)
+{
+    if (len > 0 && *(const unsigned char *)data == FBP_CODEC_MAGIC)
+        return fbp_codec_decode(data, len);
+    PyObject *view = PyMemoryView_FromMemory(data ? (char *)data : "",
+                                             (Py_ssize_t)len, PyBUF_READ);
+    if (!view)
+        return NULL;
+    PyObject *res = PyObject_CallOneArg(pickle_loads, view);
+    Py_DECREF(view);
+    return res;
+}
+
+/* Takes a message and decodes it (decode_message).  A message
  * the handle prefetched is taken with the GIL held (fiber_queue_try_get
  * never waits), into the handle's reused buffer rbuf, which nothing else
  * touches while the GIL is held; only a get that may wait (nothing
@@ -722,15 +759,7 @@ static PyObject *get_obj(FbpQueue *self, int timeout_ms)
     }
     PyObject *res = NULL;
     if (rc == 0) {
-        /* Unpickled where it lies: the unpickler copies what it keeps,
-         * so no bytes object is made of the message first. */
-        PyObject *view = PyMemoryView_FromMemory(
-            got->data ? (char *)got->data : "", (Py_ssize_t)got->len,
-            PyBUF_READ);
-        if (view) {
-            res = PyObject_CallOneArg(pickle_loads, view);
-            Py_DECREF(view);
-        }
+        res = decode_message(got->data, got->len);
         if (self->rbuf.cap > RBUF_KEEP)
             fiber_buf_free(&self->rbuf); /* a large one is not kept */
     } else {
