@@ -4,16 +4,20 @@ A task (master to worker)::
 
     "FPY1" kind:u8 flags:u8 0:u16 func_len:u32 body_len:u32 nbufs:u32
     func   (the pickled callable)
-    body   (the pickled arguments; what they are depends on kind)
+    body   (the arguments; what they are depends on kind)
     nbufs x len:u64, then the out-of-band buffers back to back
 
 An answer (worker to master)::
 
     "FPR1" status:u8 form:u8 0:u16 body_len:u32 nbufs:u32
-    body   (the pickled value, or for status ERROR (exception, traceback text))
+    body   (the value, or for status ERROR (exception, traceback text))
     nbufs x len:u64, then the buffers
 
-form 0: the body is a pickle.  A chunk's results that are all ints that
+A body (a task's, or an answer's of form 0) is the value in fiber's
+compact encoding (python/src/codec.c: None, bool, int of 64 bits, float,
+str, bytes, and tuples, lists and dicts of these; its first byte is 0xFB,
+and it has no buffer) or, for any other value, a pickle (first byte
+0x80).  A chunk's results that are all ints that
 fit in 64 bits (form 1) or all floats (form 2) travel packed instead, as
 body_len / 8 little-endian int64s or float64s, with no buffer: the worker
 packs them and the master makes the list with no pickle opcode between
@@ -52,15 +56,29 @@ ERROR = 1
 FORM_PICKLE, FORM_INT64S, FORM_FLOAT64S = 0, 1, 2
 
 OOB_MIN = 1 << 16
+CODEC_MAGIC = 0xFB   # a body's first byte in the codec; a pickle's is 0x80
 
 
 def _dumps(obj, bufs):
+    """A body: obj in fiber's compact encoding when it is one of its values
+    (python/src/codec.c), else pickled, its large buffers into bufs."""
+    body = _fiber.codec_dumps(obj)
+    if body is not None:
+        return body
+
     def keep(pb):
         if pb.raw().nbytes < OOB_MIN:
             return True  # in band
         bufs.append(pb)
         return False
     return pickle.dumps(obj, protocol=5, buffer_callback=keep)
+
+
+def _loads(view, bufs=()):
+    """The value of a body _dumps made (told apart by its first byte)."""
+    if len(view) and view[0] == CODEC_MAGIC:
+        return _fiber.codec_loads(view)
+    return pickle.loads(view, buffers=bufs)
 
 
 def _pack_bufs(bufs):
@@ -190,7 +208,7 @@ def parse_task(view):
     body_view = view[off:off + blen]
     off += blen
     bufs, _ = _unpack_bufs(view, off, nbufs) if nbufs else ((), off)
-    body = pickle.loads(body_view, buffers=bufs)
+    body = _loads(body_view, bufs)
     body_view.release()
     return kind, flags, func_bytes, body
 
@@ -218,7 +236,7 @@ def answer_error(exc, tb_text):
     bufs = []
     try:
         body = _dumps((exc, tb_text), bufs)
-        pickle.loads(body, buffers=bufs)  # it must also come back
+        _loads(memoryview(body), bufs)  # it must also come back
     except Exception:
         bufs = []
         body = _dumps((RemoteError("%s: %s" % (type(exc).__name__, exc)),
@@ -256,7 +274,7 @@ def _decode_py(data):
         code = "q" if form == FORM_INT64S else "d"
         return list(struct.unpack_from("<%d%s" % (blen // 8, code), view, off))
     bufs, _ = _unpack_bufs(view, off + blen, nbufs) if nbufs else ((), 0)
-    obj = pickle.loads(view[off:off + blen], buffers=bufs)
+    obj = _loads(view[off:off + blen], bufs)
     if status == OK:
         return obj
     exc, tb_text = obj

@@ -1,7 +1,7 @@
 /*
- * codec.c -- fiber's compact encoding of the small values a queue moves
- * most: None, bool, int (64-bit), float, str, bytes, tuples of these,
- * and a list or dict of these at the top.
+ * codec.c -- fiber's compact encoding of the small values queues and
+ * tasks move most: None, bool, int (64-bit), float, str, bytes, and
+ * tuples, lists and dicts of these.
  *
  * pickle.dumps costs about 0.3 us a call on the machines fiber is
  * measured on even for a lone int, most of it in making and freeing a
@@ -9,12 +9,14 @@
  * 0.15 us: at a million queue messages a second that is half of a
  * producer's time.  A value of the kinds above is written here in a few
  * tens of nanoseconds instead; anything else (a subclass of any of them,
- * an int beyond 64 bits, a str with lone surrogates, a list inside a
- * tuple, a numpy array, ...) is pickled as before, so what a get returns
- * is what pickle would have returned, but for the identity of equal
- * immutable values (pickle's memo makes `(s, s)` share one str; here the
- * two are equal copies).  Mutable containers come only at the top, so
- * that no list or dict can be shared inside a value or contain itself.
+ * an int beyond 64 bits, a str with lone surrogates, a numpy array, any
+ * other object) is pickled as before, so what a reader gets is what
+ * pickle would have given it, but for the identity of equal immutable
+ * values (pickle's memo makes `(s, s)` share one str; here the two are
+ * equal copies).  A value in which one list or dict appears twice, or
+ * inside itself, is pickle's, whose memo keeps the sharing; so is one
+ * with more than SEEN_MAX lists and dicts, which that check would make
+ * slow.
  *
  * The format: one byte FBP_CODEC_MAGIC (a pickle of protocol 2 or more
  * starts with 0x80, PROTO, so a reader tells the two apart by the first
@@ -27,10 +29,10 @@
  *   't' tuple, 'l' list: u32 count, then the items
  *   'D' dict: u32 count, then key, value, key, value ...
  *
- * Lists and dicts only as the value itself; tuples nest up to
- * FBP_CODEC_DEPTH.  The decoder checks every length against what is left
- * of the message and names what is malformed (ValueError); it never
- * trusts a count to size an allocation beyond the message's own bytes.
+ * Containers nest up to FBP_CODEC_DEPTH.  The decoder checks every
+ * length against what is left of the message and names what is
+ * malformed (ValueError); it never trusts a count to size an allocation
+ * beyond the message's own bytes.
  */
 #include <string.h>
 
@@ -103,17 +105,37 @@ void fbp_wbuf_free(fbp_wbuf *w)
  * -1 out of memory (MemoryError set). */
 enum { ENC_NO = 0, ENC_YES = 1, ENC_NOMEM = -1 };
 
-static int enc_value(fbp_wbuf *w, PyObject *o, int depth);
+/* The lists and dicts met so far in one value: one met twice (shared, or
+ * containing itself) makes the value pickle's, whose memo keeps it. */
+#define SEEN_MAX 64
+struct enc {
+    fbp_wbuf *w;
+    int nseen;
+    PyObject *seen[SEEN_MAX];
+};
 
-static int enc_items(fbp_wbuf *w, char tag, PyObject *const *items,
+static int enc_value(struct enc *e, PyObject *o, int depth);
+
+static int first_sight(struct enc *e, PyObject *o)
+{
+    if (e->nseen == SEEN_MAX)
+        return 0;
+    for (int i = 0; i < e->nseen; i++)
+        if (e->seen[i] == o)
+            return 0;
+    e->seen[e->nseen++] = o;
+    return 1;
+}
+
+static int enc_items(struct enc *e, char tag, PyObject *const *items,
                      Py_ssize_t n, int depth)
 {
     if ((size_t)n > UINT32_MAX)
         return ENC_NO;
-    if (w_tag_len(w, tag, (size_t)n))
+    if (w_tag_len(e->w, tag, (size_t)n))
         return ENC_NOMEM;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int rc = enc_value(w, items[i], depth + 1);
+        int rc = enc_value(e, items[i], depth + 1);
         if (rc != ENC_YES)
             return rc;
     }
@@ -150,8 +172,12 @@ static int enc_str(fbp_wbuf *w, PyObject *o)
     return rc;
 }
 
-static int enc_value(fbp_wbuf *w, PyObject *o, int depth)
+/* No Python code runs while a value is encoded (exact types only, and
+ * nothing here calls into one), so no list or dict can change under the
+ * loops that read them. */
+static int enc_value(struct enc *e, PyObject *o, int depth)
 {
+    fbp_wbuf *w = e->w;
     PyTypeObject *t = Py_TYPE(o);
     int rc;
     if (o == Py_None)
@@ -179,27 +205,26 @@ static int enc_value(fbp_wbuf *w, PyObject *o, int depth)
              w_put(w, PyBytes_AS_STRING(o), (size_t)n);
     } else if (t == &PyUnicode_Type) {
         return enc_str(w, o);
+    } else if (depth >= FBP_CODEC_DEPTH) {
+        return ENC_NO;
     } else if (t == &PyTuple_Type) {
-        if (depth >= FBP_CODEC_DEPTH)
+        return enc_items(e, 't', &PyTuple_GET_ITEM(o, 0), PyTuple_GET_SIZE(o),
+                         depth);
+    } else if (t == &PyList_Type) {
+        if (!first_sight(e, o))
             return ENC_NO;
-        return enc_items(w, 't', &PyTuple_GET_ITEM(o, 0), PyTuple_GET_SIZE(o),
+        return enc_items(e, 'l', &PyList_GET_ITEM(o, 0), PyList_GET_SIZE(o),
                          depth);
-    } else if (t == &PyList_Type && depth == 0) {
-        /* Its items are read while encoding them: no item can run Python
-         * code here (every kind above is encoded without calling any), so
-         * the list cannot change under the loop. */
-        return enc_items(w, 'l', &PyList_GET_ITEM(o, 0), PyList_GET_SIZE(o),
-                         depth);
-    } else if (t == &PyDict_Type && depth == 0) {
+    } else if (t == &PyDict_Type) {
         Py_ssize_t n = PyDict_GET_SIZE(o), pos = 0;
         PyObject *k, *v;
-        if ((size_t)n > UINT32_MAX)
+        if ((size_t)n > UINT32_MAX || !first_sight(e, o))
             return ENC_NO;
         if (w_tag_len(w, 'D', (size_t)n))
             return ENC_NOMEM;
         while (PyDict_Next(o, &pos, &k, &v)) {
-            if ((rc = enc_value(w, k, 1)) != ENC_YES ||
-                (rc = enc_value(w, v, 1)) != ENC_YES)
+            if ((rc = enc_value(e, k, depth + 1)) != ENC_YES ||
+                (rc = enc_value(e, v, depth + 1)) != ENC_YES)
                 return rc;
         }
         return ENC_YES;
@@ -213,7 +238,10 @@ int fbp_codec_encode(PyObject *obj, fbp_wbuf *w)
 {
     size_t start = w->len;
     unsigned char magic = FBP_CODEC_MAGIC;
-    int rc = w_put(w, &magic, 1) ? ENC_NOMEM : enc_value(w, obj, 0);
+    struct enc e;
+    e.w = w;
+    e.nseen = 0;
+    int rc = w_put(w, &magic, 1) ? ENC_NOMEM : enc_value(&e, obj, 0);
     if (rc != ENC_YES)
         w->len = start;
     if (rc == ENC_NOMEM) {
@@ -231,7 +259,7 @@ struct reader {
 
 static PyObject *malformed(const char *what)
 {
-    PyErr_Format(PyExc_ValueError, "fiber: a malformed queue message (%s)",
+    PyErr_Format(PyExc_ValueError, "fiber: a malformed message (%s)",
                  what);
     return NULL;
 }
@@ -304,10 +332,8 @@ static PyObject *dec_value(struct reader *r, int depth)
     }
     case 't':
     case 'l': {
-        if (tag == 'l' && depth > 0)
-            return malformed("a list inside a value");
         if (depth >= FBP_CODEC_DEPTH)
-            return malformed("tuples nested too deep");
+            return malformed("containers nested too deep");
         if (r_count(r, &n, 1))
             return malformed("a count beyond the message");
         PyObject *o = tag == 't' ? PyTuple_New(n) : PyList_New(n);
@@ -323,15 +349,24 @@ static PyObject *dec_value(struct reader *r, int depth)
         return o;
     }
     case 'D': {
-        if (depth > 0)
-            return malformed("a dict inside a value");
+        if (depth >= FBP_CODEC_DEPTH)
+            return malformed("containers nested too deep");
         if (r_count(r, &n, 2))
             return malformed("a count beyond the message");
         PyObject *o = PyDict_New();
         for (uint32_t i = 0; o && i < n; i++) {
-            PyObject *k = dec_value(r, 1);
-            PyObject *v = k ? dec_value(r, 1) : NULL;
-            if (!v || PyDict_SetItem(o, k, v) != 0)
+            PyObject *k = dec_value(r, depth + 1);
+            PyObject *v = k ? dec_value(r, depth + 1) : NULL;
+            if (v && PyDict_SetItem(o, k, v) != 0) {
+                /* Only a hostile message has a key that does not hash
+                 * (a list, or a tuple holding one). */
+                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                    PyErr_Clear();
+                    malformed("a dict key that cannot be hashed");
+                }
+                Py_CLEAR(v);
+            }
+            if (!v)
                 Py_CLEAR(o);
             Py_XDECREF(k);
             Py_XDECREF(v);
@@ -340,7 +375,7 @@ static PyObject *dec_value(struct reader *r, int depth)
     }
     default:
         PyErr_Format(PyExc_ValueError,
-                     "fiber: a malformed queue message (unknown tag 0x%02x)",
+                     "fiber: a malformed message (unknown tag 0x%02x)",
                      tag);
         return NULL;
     }

@@ -14,10 +14,11 @@
  * fiber's modules register: an answer that holds an exception or
  * out-of-band buffers is read by fiber._envelope's Python decoder; a
  * callable that does not load, a task that raises and a result that does
- * not pickle are answered by fiber._worker, as before.  Pickling is
- * Python's own (pickle.dumps and loads, protocol 5, buffers of OOB_MIN
- * bytes or more out of band), so both versions produce the same bytes,
- * which a test checks.
+ * not pickle are answered by fiber._worker, as before.  A body is
+ * codec.c's encoding when the value is one of its (both versions call
+ * the same encoder), else Python's own pickle (pickle.dumps and loads,
+ * protocol 5, buffers of OOB_MIN bytes or more out of band), so both
+ * versions produce the same bytes, which a test checks.
  */
 #include <string.h>
 
@@ -172,12 +173,20 @@ static char *put_bufs(char *p, PyObject *bufs, int data)
 static PyObject *build_task(int kind, int flags, const char *func,
                             Py_ssize_t flen, PyObject *obj, int parts)
 {
+    /* The arguments in codec.c's encoding when they are its values, else
+     * pickled. */
+    fbp_wbuf w;
+    fbp_wbuf_init(&w);
+    int simple = fbp_codec_encode(obj, &w);
+    if (simple < 0)
+        return NULL;
     PyObject *bufs = PyList_New(0);
-    PyObject *body = bufs ? dumps5(obj, bufs) : NULL;
+    PyObject *body = !bufs || simple ? NULL : dumps5(obj, bufs);
     PyObject *out = NULL;
-    if (!body)
+    if (!bufs || (!simple && !body))
         goto done;
-    Py_ssize_t blen = PyBytes_GET_SIZE(body);
+    const char *bp = simple ? w.p : PyBytes_AS_STRING(body);
+    Py_ssize_t blen = simple ? (Py_ssize_t)w.len : PyBytes_GET_SIZE(body);
     Py_ssize_t nb = PyList_GET_SIZE(bufs);
     if (flen > UINT32_MAX || blen > UINT32_MAX || nb > UINT32_MAX) {
         PyErr_SetString(PyExc_OverflowError,
@@ -202,7 +211,7 @@ static PyObject *build_task(int kind, int flags, const char *func,
     p += TASK_HEAD;
     memcpy(p, func, (size_t)flen);
     p += flen;
-    memcpy(p, PyBytes_AS_STRING(body), (size_t)blen);
+    memcpy(p, bp, (size_t)blen);
     p += blen;
     if (nb && !put_bufs(p, bufs, !parts))
         Py_CLEAR(out);
@@ -227,6 +236,7 @@ static PyObject *build_task(int kind, int flags, const char *func,
 done:
     Py_XDECREF(body);
     Py_XDECREF(bufs);
+    fbp_wbuf_free(&w);
     return out;
 }
 
@@ -279,6 +289,20 @@ static PyObject *py_task_envelopes(PyObject *self, PyObject *args)
 
 /* ---- reading answers -------------------------------------------------- */
 
+/* A body with no out-of-band buffer read where it lies: codec.c's
+ * encoding (its first byte FBP_CODEC_MAGIC) or a pickle. */
+static PyObject *loads_body(const char *p, Py_ssize_t blen)
+{
+    if (blen > 0 && (unsigned char)p[0] == FBP_CODEC_MAGIC)
+        return fbp_codec_decode(p, (size_t)blen);
+    PyObject *mv = PyMemoryView_FromMemory((char *)p, blen, PyBUF_READ);
+    if (!mv)
+        return NULL;
+    PyObject *r = PyObject_CallOneArg(loads_fn, mv);
+    Py_DECREF(mv);
+    return r;
+}
+
 /* The list a packed answer holds (blen bytes of form at p). */
 static PyObject *unpack_list(const char *p, Py_ssize_t blen, int form)
 {
@@ -320,14 +344,7 @@ static PyObject *decode_fast(PyObject *data)
             return NULL;
         return unpack_list(p + ANSWER_HEAD, blen, p[5]);
     }
-    PyObject *mv = PyMemoryView_FromMemory((char *)p + ANSWER_HEAD,
-                                           (Py_ssize_t)get_u32(p + 8),
-                                           PyBUF_READ);
-    if (!mv)
-        return NULL;
-    PyObject *r = PyObject_CallOneArg(loads_fn, mv);
-    Py_DECREF(mv);
-    return r;
+    return loads_body(p + ANSWER_HEAD, (Py_ssize_t)get_u32(p + 8));
 }
 
 static PyObject *decode_one(PyObject *data, PyObject *slow)
@@ -473,19 +490,17 @@ static PyObject *callable_of(const char *p, Py_ssize_t n)
     return f;
 }
 
-/* The task's arguments, unpickled from its body and buffers (each buffer
- * copied into a bytearray, as the Python version does). */
+/* The task's arguments, decoded from its body, or unpickled from it and
+ * its buffers (each buffer copied into a bytearray, as the Python version
+ * does). */
 static PyObject *load_body(const char *p, Py_ssize_t blen, const char *b,
                            uint32_t nbufs, const char *end)
 {
+    if (nbufs == 0)
+        return loads_body(p, blen);
     PyObject *mv = PyMemoryView_FromMemory((char *)p, blen, PyBUF_READ);
     if (!mv)
         return NULL;
-    if (nbufs == 0) {
-        PyObject *r = PyObject_CallOneArg(loads_fn, mv);
-        Py_DECREF(mv);
-        return r;
-    }
     PyObject *list = NULL, *r = NULL;
     if ((size_t)(end - b) / 8 < nbufs) {
         PyErr_SetString(PyExc_ValueError, "a task's buffers are cut short");
@@ -633,10 +648,41 @@ static int answer_packed(PyObject *list, fiber_buf *out)
     return 1;
 }
 
-/* Writes value's answer into out; a value that does not pickle is
- * answered by the Python helper (which says so in a PicklingError). */
+/* Writes the answer of a value of codec.c's into out: 1 written, 0 value
+ * is none of its values (nothing written), -1 out of memory. */
+static int answer_simple(PyObject *value, fiber_buf *out)
+{
+    fbp_wbuf w;
+    fbp_wbuf_init(&w);
+    int rc = fbp_codec_encode(value, &w);
+    if (rc == 1 && w.len > UINT32_MAX)
+        rc = 0;
+    if (rc == 1) {
+        char head[ANSWER_HEAD];
+        memcpy(head, "FPR1", 4);
+        head[4] = head[5] = head[6] = head[7] = 0;
+        put_u32(head + 8, (uint32_t)w.len);
+        put_u32(head + 12, 0);
+        if (fiber_buf_reserve(out, ANSWER_HEAD + w.len) != 0) {
+            PyErr_NoMemory();
+            rc = -1;
+        } else {
+            fiber_buf_append(out, head, ANSWER_HEAD);
+            fiber_buf_append(out, w.p, w.len);
+        }
+    }
+    fbp_wbuf_free(&w);
+    return rc;
+}
+
+/* Writes value's answer into out (codec.c's encoding, or a pickle); a
+ * value that does not pickle is answered by the Python helper (which
+ * says so in a PicklingError). */
 static int answer_value(PyObject *value, PyObject *func, fiber_buf *out)
 {
+    int simple = answer_simple(value, out);
+    if (simple != 0)
+        return simple < 0 ? -1 : 0;
     PyObject *bufs = PyList_New(0);
     PyObject *body = bufs ? dumps5(value, bufs) : NULL;
     int rc = -1;

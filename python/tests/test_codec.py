@@ -31,13 +31,27 @@ def _nested(depth):
 
 
 # Values the codec writes, and values it leaves to pickle.
+def _shared():
+    inner = [1]
+    return (inner, inner)
+
+
+def _self_containing():
+    v = [1]
+    v.append(v)
+    return v
+
+
 CODEC = [None, True, False, 0, -1, I64_MAX, -I64_MAX - 1, 1.5, -0.0,
          math.inf, b"", b"\0" * 64, "", "ascii", "h\u00e9llo \u6f22\U0001f600",
          (), (1, "x", (2.0, None, b"b")), [1, (2, 3), "z"],
-         {"a": 1, (1, 2): b"x", None: (True,)}, _nested(31)]
+         {"a": 1, (1, 2): b"x", None: (True,)}, _nested(32), [[1], [2]],
+         ({"a": [1, {"b": ()}]},), ((1,), {"k": 2}), [[]] * 1,
+         [[i] for i in range(63)]]   # 64 lists: as many as it checks
 PICKLED = [I64_MAX + 1, -I64_MAX - 2, 10 ** 30, "lone \ud800 surrogate",
-           Color.RED, Name("sub"), [[1]], ({"a": 1},), ([1],),
-           {"k": [1]}, _nested(33), bytearray(b"ba"), {1, 2}, 1j]
+           Color.RED, Name("sub"), _nested(33), bytearray(b"ba"), {1, 2},
+           1j, (1, [Color.RED]), _shared(), _self_containing(),
+           [[i] for i in range(64)]]     # 65
 
 
 def _same(a, b):
@@ -46,6 +60,9 @@ def _same(a, b):
     if type(a) is not type(b):
         return False
     if isinstance(a, (tuple, list)):
+        if any(x is a for x in a):   # holds itself: compare the rest
+            return len(a) == len(b) and all(
+                (x is a and y is b) or _same(x, y) for x, y in zip(a, b))
         return len(a) == len(b) and all(map(_same, a, b))
     if isinstance(a, dict):
         return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
@@ -72,12 +89,15 @@ def test_a_queue_returns_what_pickle_would():
     for v in values:
         got = q.get(timeout=10)
         assert _same(got, pickle.loads(pickle.dumps(v, 5))), v
-    # A list shared inside a value keeps its identity: such a value is
-    # pickled, whose memo keeps it.
-    shared = [1]
-    q.put((shared, shared))
+    # A list shared inside a value keeps its identity, and one that holds
+    # itself comes back holding itself: such values are pickled, whose
+    # memo keeps them.
+    q.put(_shared())
     a, b = q.get(timeout=10)
     assert a is b and a == [1]
+    q.put(_self_containing())
+    v = q.get(timeout=10)
+    assert v[0] == 1 and v[1] is v
 
 
 def _echo(qin, qout):
@@ -113,9 +133,12 @@ def test_values_cross_processes_both_ways():
     (b"\xfbs\xff\xff\xff\xffab", "truncated str"),
     (b"\xfbt\xff\xff\xff\xff", "count beyond the message"),
     (b"\xfbD\x02\x00\x00\x00NN", "count beyond the message"),
-    (b"\xfbt\x01\x00\x00\x00l\x00\x00\x00\x00", "list inside a value"),
-    (b"\xfbt\x01\x00\x00\x00D\x00\x00\x00\x00", "dict inside a value"),
+    (b"\xfbD\x01\x00\x00\x00l\x00\x00\x00\x00N",
+     "a dict key that cannot be hashed"),
+    (b"\xfbD\x01\x00\x00\x00t\x01\x00\x00\x00D\x00\x00\x00\x00N",
+     "a dict key that cannot be hashed"),
     (b"\xfb" + b"t\x01\x00\x00\x00" * 40 + b"N", "nested too deep"),
+    (b"\xfb" + b"l\x01\x00\x00\x00" * 40 + b"N", "nested too deep"),
     (b"\xfbZ", "unknown tag 0x5a"),
 ])
 def test_a_malformed_message_is_named(data, what):

@@ -601,6 +601,12 @@ def test_c_envelope_builds_the_bytes_the_python_one_does():
         got = env.tasks(env.ONE, fb, [obj, obj])
         want = env._task_py(env.ONE, fb, obj, "?", 0, True)
         assert [_joined(g) for g in got] == [_joined(want)] * 2
+    # Small values travel in fiber's codec (first byte 0xFB), the rest
+    # pickled (0x80), in a task's body and in an answer's.
+    for obj, first in ((-5, 0xFB), ((1, [2, 3]), 0xFB), ({"k": None}, 0xFB),
+                       (2 ** 70, 0x80), (bytearray(3), 0x80)):
+        assert env.task(env.ONE, fb, obj)[env._TASK.size + len(fb)] == first
+        assert env.answer_ok(obj)[env._ANSWER.size] == first
     # What does not pickle is named, as before; what iterating the items
     # raises is not called a pickling error.
     with pytest.raises(fiber.PicklingError, match="arguments of task 'f'"):
