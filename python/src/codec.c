@@ -23,9 +23,11 @@
  * byte), then the value:
  *
  *   'N' None   'T' True   'F' False
- *   'i' int    8 bytes, little-endian two's complement
+ *   'c', 'h', 'i' int in 1, 4 or 8 bytes, little-endian two's
+ *              complement (the fewest that hold it)
  *   'd' float  8 bytes, IEEE 754 binary64, little-endian
- *   'b' bytes, 's' str (UTF-8): u32 length, then the bytes
+ *   'b' bytes, 's' str (UTF-8): u32 length, then the bytes; 'B' and 'S'
+ *              the same with a u8 length, for 255 bytes or fewer
  *   't' tuple, 'l' list: u32 count, then the items
  *   'D' dict: u32 count, then key, value, key, value ...
  *
@@ -34,6 +36,7 @@
  * malformed (ValueError); it never trusts a count to size an allocation
  * beyond the message's own bytes.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "binding.h"
@@ -84,6 +87,37 @@ static int w_tag_len(fbp_wbuf *w, char tag, size_t n)
     for (int i = 0; i < 4; i++)
         b[1 + i] = (char)(n >> (8 * i));
     return w_put(w, b, 5);
+}
+
+/* An int in the fewest of 1, 4 or 8 bytes ('c', 'h', 'i'). */
+static int w_int(fbp_wbuf *w, long long v)
+{
+    if (v >= INT8_MIN && v <= INT8_MAX) {
+        char b[2] = {'c', (char)v};
+        return w_put(w, b, 2);
+    }
+    if (v >= INT32_MIN && v <= INT32_MAX) {
+        char b[5];
+        b[0] = 'h';
+        for (int i = 0; i < 4; i++)
+            b[1 + i] = (char)((uint32_t)v >> (8 * i));
+        return w_put(w, b, 5);
+    }
+    return w_tag_u64(w, 'i', (uint64_t)v);
+}
+
+/* A str's or bytes' length and bytes: tag with a u8 length up to 255
+ * ('S', 'B'), else the long tag with a u32 ('s', 'b'). */
+static int w_text(fbp_wbuf *w, char tag, const void *p, size_t n)
+{
+    if (n <= UINT8_MAX) {
+        char b[2] = {tag == 's' ? 'S' : 'B', (char)n};
+        if (w_put(w, b, 2))
+            return -1;
+    } else if (w_tag_len(w, tag, n)) {
+        return -1;
+    }
+    return w_put(w, p, n);
 }
 
 void fbp_wbuf_init(fbp_wbuf *w)
@@ -148,10 +182,8 @@ static int enc_str(fbp_wbuf *w, PyObject *o)
         Py_ssize_t n = PyUnicode_GET_LENGTH(o);
         if ((size_t)n > UINT32_MAX)
             return ENC_NO;
-        return w_tag_len(w, 's', (size_t)n) ||
-                       w_put(w, PyUnicode_DATA(o), (size_t)n)
-                   ? ENC_NOMEM
-                   : ENC_YES;
+        return w_text(w, 's', PyUnicode_DATA(o), (size_t)n) ? ENC_NOMEM
+                                                             : ENC_YES;
     }
     /* Not cached on the str (PyUnicode_AsUTF8 would keep a copy there);
      * a str that is no valid UTF-8 (lone surrogates) is pickle's. */
@@ -164,10 +196,8 @@ static int enc_str(fbp_wbuf *w, PyObject *o)
     }
     Py_ssize_t n = PyBytes_GET_SIZE(b);
     int rc = (size_t)n > UINT32_MAX ? ENC_NO
-             : w_tag_len(w, 's', (size_t)n) ||
-                     w_put(w, PyBytes_AS_STRING(b), (size_t)n)
-                 ? ENC_NOMEM
-                 : ENC_YES;
+             : w_text(w, 's', PyBytes_AS_STRING(b), (size_t)n) ? ENC_NOMEM
+                                                              : ENC_YES;
     Py_DECREF(b);
     return rc;
 }
@@ -191,7 +221,7 @@ static int enc_value(struct enc *e, PyObject *o, int depth)
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (overflow)
             return ENC_NO;
-        rc = w_tag_u64(w, 'i', (uint64_t)v);
+        rc = w_int(w, v);
     } else if (t == &PyFloat_Type) {
         double d = PyFloat_AS_DOUBLE(o);
         uint64_t bits;
@@ -201,8 +231,7 @@ static int enc_value(struct enc *e, PyObject *o, int depth)
         Py_ssize_t n = PyBytes_GET_SIZE(o);
         if ((size_t)n > UINT32_MAX)
             return ENC_NO;
-        rc = w_tag_len(w, 'b', (size_t)n) ||
-             w_put(w, PyBytes_AS_STRING(o), (size_t)n);
+        rc = w_text(w, 'b', PyBytes_AS_STRING(o), (size_t)n);
     } else if (t == &PyUnicode_Type) {
         return enc_str(w, o);
     } else if (depth >= FBP_CODEC_DEPTH) {
@@ -308,6 +337,14 @@ static PyObject *dec_value(struct reader *r, int depth)
         Py_RETURN_TRUE;
     case 'F':
         Py_RETURN_FALSE;
+    case 'c':
+        if (r->p >= r->end)
+            return malformed("a truncated int");
+        return PyLong_FromLong((int8_t)*r->p++);
+    case 'h':
+        if (r_u32(r, &n))
+            return malformed("a truncated int");
+        return PyLong_FromLong((int32_t)n);
     case 'i':
         if (r_u64(r, &u))
             return malformed("a truncated int");
@@ -320,13 +357,23 @@ static PyObject *dec_value(struct reader *r, int depth)
         return PyFloat_FromDouble(d);
     }
     case 'b':
-    case 's': {
-        if (r_u32(r, &n) || (size_t)(r->end - r->p) < n)
-            return malformed(tag == 'b' ? "a truncated bytes"
-                                        : "a truncated str");
+    case 's':
+    case 'B':
+    case 'S': {
+        int is_bytes = tag == 'b' || tag == 'B';
+        if (tag == 'B' || tag == 'S') {
+            if (r->p >= r->end)
+                return malformed("a truncated length");
+            n = *r->p++;
+        } else if (r_u32(r, &n)) {
+            return malformed("a truncated length");
+        }
+        if ((size_t)(r->end - r->p) < n)
+            return malformed(is_bytes ? "a truncated bytes"
+                                      : "a truncated str");
         const char *s = (const char *)r->p;
         r->p += n;
-        if (tag == 'b')
+        if (is_bytes)
             return PyBytes_FromStringAndSize(s, n);
         return PyUnicode_DecodeUTF8(s, n, "strict");
     }
