@@ -185,7 +185,10 @@ def test_nevergrad_minimizes_through_the_executor():
     with Recording(max_workers=2) as ex:
         rec = opt.minimize(loss, executor=ex, batch_mode=False)
     # From 0.5 at the start; the order results come in varies, so the
-    # optimizer's path does too: a bound any working run meets.
-    assert helpers.sphere_in_worker(rec.value)[0] < 0.05
+    # optimizer's path does too: a bound any working run meets (runs end
+    # near 0.01, and one CI run of the Docker backend at 0.067, so 0.05
+    # was too tight).  That each result is its own candidate's is the
+    # check of the executor (`wrong`, below).
+    assert helpers.sphere_in_worker(rec.value)[0] < 0.2
     assert len(pids) == 120 and helpers.process_token() not in pids
     assert not wrong
