@@ -71,53 +71,33 @@ static int w_put(fbp_wbuf *w, const void *p, size_t n)
     return 0;
 }
 
-static int w_tag_u64(fbp_wbuf *w, char tag, uint64_t v)
+/* tag, then the low nbytes bytes of v, little-endian. */
+static int w_tag_le(fbp_wbuf *w, char tag, uint64_t v, int nbytes)
 {
     char b[9];
     b[0] = tag;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < nbytes; i++)
         b[1 + i] = (char)(v >> (8 * i));
-    return w_put(w, b, 9);
-}
-
-static int w_tag_len(fbp_wbuf *w, char tag, size_t n)
-{
-    char b[5];
-    b[0] = tag;
-    for (int i = 0; i < 4; i++)
-        b[1 + i] = (char)(n >> (8 * i));
-    return w_put(w, b, 5);
+    return w_put(w, b, (size_t)nbytes + 1);
 }
 
 /* An int in the fewest of 1, 4 or 8 bytes ('c', 'h', 'i'). */
 static int w_int(fbp_wbuf *w, long long v)
 {
-    if (v >= INT8_MIN && v <= INT8_MAX) {
-        char b[2] = {'c', (char)v};
-        return w_put(w, b, 2);
-    }
-    if (v >= INT32_MIN && v <= INT32_MAX) {
-        char b[5];
-        b[0] = 'h';
-        for (int i = 0; i < 4; i++)
-            b[1 + i] = (char)((uint32_t)v >> (8 * i));
-        return w_put(w, b, 5);
-    }
-    return w_tag_u64(w, 'i', (uint64_t)v);
+    if (v >= INT8_MIN && v <= INT8_MAX)
+        return w_tag_le(w, 'c', (uint64_t)v, 1);
+    if (v >= INT32_MIN && v <= INT32_MAX)
+        return w_tag_le(w, 'h', (uint64_t)v, 4);
+    return w_tag_le(w, 'i', (uint64_t)v, 8);
 }
 
 /* A str's or bytes' length and bytes: tag with a u8 length up to 255
  * ('S', 'B'), else the long tag with a u32 ('s', 'b'). */
 static int w_text(fbp_wbuf *w, char tag, const void *p, size_t n)
 {
-    if (n <= UINT8_MAX) {
-        char b[2] = {tag == 's' ? 'S' : 'B', (char)n};
-        if (w_put(w, b, 2))
-            return -1;
-    } else if (w_tag_len(w, tag, n)) {
-        return -1;
-    }
-    return w_put(w, p, n);
+    int rc = n <= UINT8_MAX ? w_tag_le(w, tag == 's' ? 'S' : 'B', n, 1)
+                            : w_tag_le(w, tag, n, 4);
+    return rc ? -1 : w_put(w, p, n);
 }
 
 void fbp_wbuf_init(fbp_wbuf *w)
@@ -166,7 +146,7 @@ static int enc_items(struct enc *e, char tag, PyObject *const *items,
 {
     if ((size_t)n > UINT32_MAX)
         return ENC_NO;
-    if (w_tag_len(e->w, tag, (size_t)n))
+    if (w_tag_le(e->w, tag, (uint64_t)n, 4))
         return ENC_NOMEM;
     for (Py_ssize_t i = 0; i < n; i++) {
         int rc = enc_value(e, items[i], depth + 1);
@@ -226,7 +206,7 @@ static int enc_value(struct enc *e, PyObject *o, int depth)
         double d = PyFloat_AS_DOUBLE(o);
         uint64_t bits;
         memcpy(&bits, &d, 8);
-        rc = w_tag_u64(w, 'd', bits);
+        rc = w_tag_le(w, 'd', bits, 8);
     } else if (t == &PyBytes_Type) {
         Py_ssize_t n = PyBytes_GET_SIZE(o);
         if ((size_t)n > UINT32_MAX)
@@ -249,7 +229,7 @@ static int enc_value(struct enc *e, PyObject *o, int depth)
         PyObject *k, *v;
         if ((size_t)n > UINT32_MAX || !first_sight(e, o))
             return ENC_NO;
-        if (w_tag_len(w, 'D', (size_t)n))
+        if (w_tag_le(w, 'D', (uint64_t)n, 4))
             return ENC_NOMEM;
         while (PyDict_Next(o, &pos, &k, &v)) {
             if ((rc = enc_value(e, k, depth + 1)) != ENC_YES ||

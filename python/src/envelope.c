@@ -180,14 +180,14 @@ static PyObject *build_task(int kind, int flags, const char *func,
     int simple = fbp_codec_encode(obj, &w);
     if (simple < 0)
         return NULL;
-    PyObject *bufs = PyList_New(0);
-    PyObject *body = !bufs || simple ? NULL : dumps5(obj, bufs);
+    PyObject *bufs = simple ? NULL : PyList_New(0);
+    PyObject *body = bufs ? dumps5(obj, bufs) : NULL;
     PyObject *out = NULL;
-    if (!bufs || (!simple && !body))
+    if (!simple && !body)
         goto done;
     const char *bp = simple ? w.p : PyBytes_AS_STRING(body);
     Py_ssize_t blen = simple ? (Py_ssize_t)w.len : PyBytes_GET_SIZE(body);
-    Py_ssize_t nb = PyList_GET_SIZE(bufs);
+    Py_ssize_t nb = simple ? 0 : PyList_GET_SIZE(bufs);
     if (flen > UINT32_MAX || blen > UINT32_MAX || nb > UINT32_MAX) {
         PyErr_SetString(PyExc_OverflowError,
                         "a task's callable or arguments are over 4 GiB");
@@ -598,6 +598,17 @@ static int take_bytes(PyObject *ans, fiber_buf *out)
     return rc ? -1 : 0;
 }
 
+/* An answer's head: "FPR1", status OK, form, body_len, nbufs. */
+static void put_answer_head(char *p, int form, uint32_t blen, uint32_t nb)
+{
+    memcpy(p, "FPR1", 4);
+    p[4] = 0;
+    p[5] = (char)form;
+    p[6] = p[7] = 0;
+    put_u32(p + 8, blen);
+    put_u32(p + 12, nb);
+}
+
 /* Writes a chunk's results packed (FORM_INT64S or FORM_FLOAT64S) when
  * every one is an exact int that fits in 64 bits, or every one an exact
  * float.  Returns 1 when written, 0 when they are not (nothing written),
@@ -638,12 +649,7 @@ static int answer_packed(PyObject *list, fiber_buf *out)
         }
         put_u64(p + ANSWER_HEAD + 8 * i, bits);
     }
-    memcpy(p, "FPR1", 4);
-    p[4] = 0;
-    p[5] = (char)form;
-    p[6] = p[7] = 0;
-    put_u32(p + 8, (uint32_t)(8 * n));
-    put_u32(p + 12, 0);
+    put_answer_head(p, form, (uint32_t)(8 * n), 0);
     out->len += total;
     return 1;
 }
@@ -658,17 +664,14 @@ static int answer_simple(PyObject *value, fiber_buf *out)
     if (rc == 1 && w.len > UINT32_MAX)
         rc = 0;
     if (rc == 1) {
-        char head[ANSWER_HEAD];
-        memcpy(head, "FPR1", 4);
-        head[4] = head[5] = head[6] = head[7] = 0;
-        put_u32(head + 8, (uint32_t)w.len);
-        put_u32(head + 12, 0);
         if (fiber_buf_reserve(out, ANSWER_HEAD + w.len) != 0) {
             PyErr_NoMemory();
             rc = -1;
         } else {
-            fiber_buf_append(out, head, ANSWER_HEAD);
-            fiber_buf_append(out, w.p, w.len);
+            char *p = (char *)out->data + out->len;
+            put_answer_head(p, FORM_PICKLE, (uint32_t)w.len, 0);
+            memcpy(p + ANSWER_HEAD, w.p, w.len);
+            out->len += ANSWER_HEAD + w.len;
         }
     }
     fbp_wbuf_free(&w);
@@ -702,20 +705,15 @@ static int answer_value(PyObject *value, PyObject *func, fiber_buf *out)
     }
     Py_ssize_t blen = PyBytes_GET_SIZE(body), nb = PyList_GET_SIZE(bufs);
     Py_ssize_t data = nb ? bufs_len(bufs) : 0;
-    char head[ANSWER_HEAD];
     if (data < 0 || blen > UINT32_MAX || nb > UINT32_MAX)
         goto done;
-    memcpy(head, "FPR1", 4);
-    head[4] = head[5] = head[6] = head[7] = 0;
-    put_u32(head + 8, (uint32_t)blen);
-    put_u32(head + 12, (uint32_t)nb);
     size_t total = ANSWER_HEAD + (size_t)blen + 8 * (size_t)nb + (size_t)data;
     if (fiber_buf_reserve(out, total) != 0) {
         PyErr_NoMemory();
         goto done;
     }
     char *p = (char *)out->data + out->len;
-    memcpy(p, head, ANSWER_HEAD);
+    put_answer_head(p, FORM_PICKLE, (uint32_t)blen, (uint32_t)nb);
     memcpy(p + ANSWER_HEAD, PyBytes_AS_STRING(body), (size_t)blen);
     p += ANSWER_HEAD + blen;
     if (nb && !put_bufs(p, bufs, 1))
