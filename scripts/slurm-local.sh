@@ -8,8 +8,11 @@
 #           and starts, without systemd, in the background: a private
 #           munged, slurmctld and one slurmd per fake node (Slurm's
 #           multiple-slurmd mode: every node is a slurmd on 127.0.0.1
-#           with its own port).  Waits (<= 60 s) until every node is idle,
-#           then runs one tiny job (named slurm-local-warmup) to the end.
+#           with its own port).  Jobs recovered from the state of an
+#           earlier start that was killed without `stop` are cancelled
+#           before the nodes register (their masters are gone).  Waits
+#           (<= 60 s) until every node is idle, then runs one tiny job
+#           (named slurm-local-warmup) to the end.
 #           If the cluster already runs it says so and exits 0.
 #   stop    Cancels all jobs, stops the daemons and makes sure nothing of
 #           this cluster is left running.  Exit 0 even if not running.
@@ -339,6 +342,21 @@ wait_idle() {
   done
 }
 
+# Jobs that slurmctld recovered from its state directory belong to an
+# earlier start of this cluster whose daemons were killed without `stop`
+# (a session or CI run cut off): their masters are gone.  A job recovered
+# as running would hold its node "mixed" for minutes, until slurmctld
+# gives up on it (the node's new slurmd purges it at once but does not
+# tell slurmctld), and a pending one would start a worker with no master.
+# Cancel them all before the nodes register; job ids keep counting.
+cancel_recovered() {
+  ids=$(squeue -h -o %F 2>/dev/null | sort -un | tr '\n' ' ')
+  [ -n "${ids// /}" ] || return 0
+  say "cancelling jobs left from an earlier start: $ids"
+  # shellcheck disable=SC2086
+  scancel --full --quiet $ids 2>/dev/null || true
+}
+
 # Run one tiny job to the end: proves that jobs launch, and makes slurmctld
 # read SchedulerParameters (it does so on its first scheduling pass, which
 # comes up to 3 s after start; until then batch_sched_delay is 3 s).
@@ -397,6 +415,7 @@ do_start() {
     n=$((n - 1)); [ "$n" -gt 0 ] || { log_tails; die "slurmctld does not answer"; }
     sleep 0.1
   done
+  cancel_recovered
   progress_stage 4 "$NODES slurmd"
   for n in $(node_names); do
     spawn "$DIR/run/slurmd-$n.pid" "slurmd-$n" slurmd -D -N "$n" -f "$CONF"
