@@ -6,7 +6,9 @@
    code that reads sys.argv (an argparse at import time) sees the
    master's arguments, and ``if __name__ == "__main__":`` blocks do not
    run again.
-2. Install the worker-side handlers (fiber._worker).
+2. Install the worker-side handlers (fiber._worker), and keep the
+   job's resource tracker off shared memory blocks (fiber.shared_memory:
+   a job that opened the master's block must not unlink it as it ends).
 3. Call fiber_init(), which dials the master, proves the job belongs to
    the run, runs its assignment (a Process target, a pool's tasks, a
    manager's objects) and ends the process.  It does not return.
@@ -63,6 +65,8 @@ def main():
     if os.environ.get("FIBER_BOOT_ADDR") is None:
         sys.exit("fiber._bootstrap runs jobs that a fiber master started; "
                  "it is not a program of its own")
+    from .shared_memory import untrack_in_job
+    untrack_in_job()    # before the main module: it may open a block
     try:
         _import_main()
     except BaseException:
@@ -79,7 +83,9 @@ def run_job(name):
     """Steps 2 and 3, for a job this module started or one that
     fiber._forkserver forked (which has done step 1 once for all)."""
     from . import _fiber, _runtime, _worker
+    from .shared_memory import untrack_in_job
     _runtime.child_mode = True
+    untrack_in_job()
     if "FIBER_PY_MASTER_PID" in os.environ:
         _runtime.master_pid = os.environ.pop("FIBER_PY_MASTER_PID")
     _worker.name = name

@@ -241,6 +241,8 @@ def _prepare():
     from . import _bootstrap, _runtime
     _runtime.child_mode = True
     _runtime.master_pid = os.environ.get("FIBER_PY_MASTER_PID")
+    from .shared_memory import untrack_in_job
+    untrack_in_job()    # once, for every job forked from here
     try:
         _bootstrap._import_main()
     except BaseException as e:

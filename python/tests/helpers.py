@@ -402,3 +402,43 @@ def boom_at(args):
     if i == at:
         raise ValueError(msg)
     return i
+
+
+# ---- fiber.shared_memory (test_shared_memory.py) --------------------------
+
+def shm_write(name, index, value):
+    """Opens the block `name`, sets byte `index` to value, closes it."""
+    from fiber import shared_memory
+    shm = shared_memory.SharedMemory(name=name)
+    shm.buf[index] = value
+    shm.close()
+    return index
+
+
+def shm_open_error(name):
+    """The FileNotFoundError of opening a block that is not there."""
+    from fiber import shared_memory
+    try:
+        shared_memory.SharedMemory(name=name)
+    except FileNotFoundError as e:
+        return str(e)
+    return None
+
+
+def shm_create_and_send(q, payload):
+    """Creates a block holding payload, puts its name on q and ends
+    without unlinking it (the master does)."""
+    from fiber import shared_memory
+    shm = shared_memory.SharedMemory(create=True, size=len(payload))
+    shm.buf[:len(payload)] = payload
+    q.put(shm.name)
+    shm.close()
+
+
+def shareable_list_bump(name):
+    """Adds 1 to every int of the ShareableList `name`."""
+    from fiber import shared_memory
+    sl = shared_memory.ShareableList(name=name)
+    for i in range(len(sl)):
+        sl[i] += 1
+    sl.shm.close()
