@@ -620,3 +620,45 @@ def Manager():
     m = SyncManager()
     m.start()
     return m
+
+
+class SharedMemoryManager(BaseManager):
+    """multiprocessing.managers.SharedMemoryManager: ``SharedMemory(size)``
+    and ``ShareableList(sequence)`` create blocks of this host's shared
+    memory (fiber.shared_memory) that live until the manager shuts down,
+    which unlinks every one of them.  The blocks are created in the master,
+    not in the manager's job (which may run on another host): jobs on the
+    master's host (the local backend) open them by name.  ``register``
+    works as on BaseManager."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._blocks = []
+        self._blocks_lock = threading.Lock()
+
+    def _keep(self, block_of):
+        self._check()
+        with self._blocks_lock:
+            obj = block_of()
+            self._blocks.append(getattr(obj, "shm", obj))
+        return obj
+
+    def SharedMemory(self, size):
+        """A new block of size bytes, unlinked at shutdown."""
+        from .shared_memory import SharedMemory
+        return self._keep(lambda: SharedMemory(create=True, size=size))
+
+    def ShareableList(self, sequence):
+        """A new ShareableList holding sequence, unlinked at shutdown."""
+        from .shared_memory import ShareableList
+        return self._keep(lambda: ShareableList(sequence))
+
+    def shutdown(self):
+        with self._blocks_lock:
+            blocks, self._blocks = self._blocks, []
+        for shm in blocks:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass            # unlinked by its user already
+        super().shutdown()

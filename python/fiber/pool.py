@@ -856,3 +856,9 @@ def _complete_map(res):
 def _fiber_cpu_count():
     import os
     return os.cpu_count() or 1
+
+
+# multiprocessing.pool's ThreadPool: its threads run in this process, never
+# as jobs of the run (``from fiber.pool import ThreadPool`` works where the
+# multiprocessing import did; fiber.dummy.Pool is the same class's cousin).
+from multiprocessing.pool import ThreadPool  # noqa: E402,F401

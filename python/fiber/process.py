@@ -276,3 +276,15 @@ def _join_non_daemon():
 
 
 _runtime.on_shutdown(_join_non_daemon)
+
+
+# multiprocessing.process's other public names.  BaseProcess is the class
+# a program subclasses (overriding run()) or checks with isinstance: here,
+# fiber's Process.
+BaseProcess = Process
+
+
+def parent_process():
+    """None in the master; in a job, the master (fiber.parent_process)."""
+    from .context import parent_process as parent
+    return parent()

@@ -513,3 +513,12 @@ def _deal(inbox, slots):
                 seq += 1
     except _fiber.FiberError:
         return                      # fiber is shutting down
+
+
+def __getattr__(name):
+    """multiprocessing.queues.JoinableQueue: fiber's (fiber.joinable, which
+    imports this module, so it is looked up when first asked for)."""
+    if name == "JoinableQueue":
+        from .joinable import JoinableQueue
+        return JoinableQueue
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -399,3 +399,34 @@ def Array(typecode_or_type, size_or_initializer, *, lock=True):
     raw = RawArray(typecode_or_type, size_or_initializer)
     lock = _lock_of(lock)
     return raw if lock is None else SynchronizedArray(raw, lock)
+
+
+# ---- multiprocessing.sharedctypes' two helpers ------------------------------
+
+def copy(obj):
+    """multiprocessing.sharedctypes.copy: a new raw object holding obj's
+    current contents (of a synchronized one, of its raw object); a ctypes
+    object of this process is copied by multiprocessing."""
+    if isinstance(obj, (SynchronizedValue, SynchronizedArray)):
+        obj = obj.get_obj()
+    if isinstance(obj, RawValueProxy):
+        return RawValueProxy(obj._type_, obj.value)
+    if isinstance(obj, RawArrayProxy):
+        t = obj._type_
+        return RawArrayProxy(t, _initial(t, obj.raw if t is ctypes.c_char
+                                         else obj.tolist()))
+    return _mps.copy(obj)
+
+
+def synchronized(obj, lock=None, ctx=None):
+    """multiprocessing.sharedctypes.synchronized: obj, a RawValue or
+    RawArray, behind lock (an RLock when lock is None or False, as in
+    multiprocessing), as Value and Array return them; a ctypes object of
+    this process goes to multiprocessing's."""
+    if isinstance(obj, (SynchronizedValue, SynchronizedArray)):
+        raise TypeError("%r is already synchronized" % (obj,))
+    if isinstance(obj, RawValueProxy):
+        return SynchronizedValue(obj, _lock_of(lock or None))
+    if isinstance(obj, RawArrayProxy):
+        return SynchronizedArray(obj, _lock_of(lock or None))
+    return _mps.synchronized(obj, lock, ctx)

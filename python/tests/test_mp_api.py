@@ -95,6 +95,79 @@ def test_no_name_is_missing():
     assert set(multiprocessing.__all__) <= set(fiber.__all__)
 
 
+# multiprocessing's submodules that a program imports by name, and the
+# public names of each that fiber's module of the same name must have.
+# Left out: managers.Token (the address of an object on a multiprocessing
+# server; fiber's proxies hold a manager object instead) and context's
+# classes of other start methods.
+SUBMODULES = {
+    "pool": None, "queues": None, "managers": {"Token"}, "connection": None,
+    "synchronize": None, "process": None, "sharedctypes": None,
+    "shared_memory": None, "dummy": None,
+}
+
+
+@pytest.mark.parametrize("sub", sorted(SUBMODULES))
+def test_submodules_have_multiprocessing_s_public_names(sub):
+    import importlib
+    mp_mod = importlib.import_module("multiprocessing." + sub)
+    fb_mod = importlib.import_module("fiber." + sub)
+    names = getattr(mp_mod, "__all__", None) or [
+        n for n in dir(mp_mod) if not n.startswith("_")]
+    missing = set(names) - set(dir(fb_mod)) - set(
+        n for n in names if hasattr(fb_mod, n))
+    assert missing <= (SUBMODULES[sub] or set()), (
+        "fiber.%s lacks %s" % (sub, sorted(missing)))
+
+
+def test_submodule_names_are_fiber_s_objects():
+    import fiber.pool
+    import fiber.process
+    import fiber.queues
+    import multiprocessing.pool
+    import fiber.joinable
+    assert fiber.queues.JoinableQueue is fiber.joinable.JoinableQueue
+    jq = fiber.queues.JoinableQueue()
+    jq.put(1)
+    assert jq.get(timeout=30) == 1
+    jq.task_done()
+    assert jq.join(30)
+    assert fiber.process.BaseProcess is fiber.Process
+    assert fiber.process.parent_process() is None        # the master
+    assert fiber.pool.ThreadPool is multiprocessing.pool.ThreadPool
+    with fiber.pool.ThreadPool(2) as tp:                 # threads, here
+        assert tp.map(abs, [-1, -2]) == [1, 2]
+
+
+def test_sharedctypes_copy_and_synchronized():
+    from fiber import sharedctypes as sc
+    v = fiber.RawValue("d", 2.5)
+    c = sc.copy(v)
+    v.value = 1.0
+    assert c.value == 2.5 and v.value == 1.0
+    a = fiber.RawArray("i", [1, 2, 3])
+    b = sc.copy(a)
+    a[0] = 9
+    assert b[:] == [1, 2, 3] and a[:] == [9, 2, 3]
+    chars = sc.copy(fiber.RawArray("c", b"hello"))
+    assert chars.raw == b"hello"
+    sv = sc.synchronized(v)
+    with sv.get_lock():
+        sv.value += 1
+    assert sv.value == 2.0 and sv.get_obj() is v
+    lock = fiber.Lock()
+    sa = sc.synchronized(a, lock)
+    assert sa.get_lock() is lock and sa[:] == [9, 2, 3]
+    with pytest.raises(TypeError, match="already synchronized"):
+        sc.synchronized(sv)
+    n = sc.copy(sc.synchronized(fiber.RawValue("i", 7)))   # its raw object
+    assert n.value == 7
+    p = fiber.Process(target=mh.add_under_lock, args=(sv, 5))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0 and sv.value == 7.0
+
+
 # ---- context and start methods -------------------------------------------------
 
 def test_context_and_start_methods():

@@ -134,3 +134,23 @@ def test_dummy_is_multiprocessings_thread_pool():
     with fiber.dummy.Pool(3) as pool:
         # threads of this process: every task sees this process's pid
         assert set(pool.map(lambda _: os.getpid(), range(12))) == {os.getpid()}
+
+
+@pytest.mark.local_only
+def test_shared_memory_manager_unlinks_its_blocks_at_shutdown():
+    from fiber.managers import SharedMemoryManager
+    with SharedMemoryManager() as smm:
+        shm = smm.SharedMemory(8)
+        sl = smm.ShareableList([5, 6])
+        shm.buf[:8] = bytes(8)
+        p = fiber.Process(target=helpers.shm_write, args=(shm.name, 3, 99))
+        p.start()
+        p.join(30)
+        assert p.exitcode == 0
+        time.sleep(0.3)
+        assert shm.buf[3] == 99
+        names = [shm.name, sl.shm.name]
+        assert all(_exists(n) for n in names)
+    assert not any(_exists(n) for n in names)
+    with pytest.raises(RuntimeError, match="not started"):
+        SharedMemoryManager().SharedMemory(8)
