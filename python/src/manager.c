@@ -301,6 +301,86 @@ static int run_op(struct op_args *a)
     }
 }
 
+/* ---- waits that a signal ends ----
+ * A blocking op waits in the manager, GIL released.  Made in one call, a
+ * Lock().acquire() or an Event().wait() without a timeout could not be
+ * ended by Ctrl-C (its KeyboardInterrupt came when the wait did, if
+ * ever), while threading's and multiprocessing's can.  So:
+ * - lock, rlock, semaphore and condition-lock acquires and event waits
+ *   are made in slices of FB_SLICE_MS, each a call of its own (a slice
+ *   that times out took nothing; a waiter joins the queue again each
+ *   slice), with Python's signal handlers run between them;
+ * - a condition wait and a barrier wait cannot be cut so (the pause
+ *   between two slices would miss a notify; a barrier wait that times
+ *   out breaks the barrier): the call is made asynchronously and its
+ *   future waited for in slices.  When a handler raises, the condition is
+ *   notified (all: its lock taken for that and given back) or the
+ *   barrier reset, so that the call returns, which
+ *   it does with the condition's lock held again, as threading's wait
+ *   holds it when it raises; then the handler's exception propagates.
+ *   The other waiters of that condition wake as from a spurious wakeup,
+ *   and those of the barrier get BrokenBarrierError, as when a thread's
+ *   wait on a threading.Barrier is interrupted. */
+static int waits_in_slices(int op)
+{
+    return op == OP_LOCK_ACQUIRE || op == OP_SEM_ACQUIRE ||
+           op == OP_COND_ACQUIRE || op == OP_EVENT_WAIT;
+}
+
+static int op_slice(void *ctx, int slice_ms)
+{
+    struct op_args *a = ctx;
+    a->timeout_ms = slice_ms;
+    return run_op(a);
+}
+
+static int future_slice(void *ctx, int slice_ms)
+{
+    return fiber_future_wait(ctx, slice_ms);
+}
+
+/* A condition or barrier wait (see above).  Returns the op's code, or -2
+ * with the signal handler's exception set. */
+static int wait_interruptibly(struct op_args *a, char *msg, size_t msg_size)
+{
+    fiber_future *f = NULL;
+    int rc;
+    a->f = &f;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_op(a);
+    if (rc)
+        snprintf(msg, msg_size, "%s", fiber_last_error());
+    Py_END_ALLOW_THREADS
+    a->f = NULL;
+    if (rc)
+        return rc;
+    int waited = fbp_wait_sliced(future_slice, f, -1, NULL, 0);
+    Py_BEGIN_ALLOW_THREADS
+    if (waited == -2) {
+        if (a->op == OP_COND_WAIT) {
+            /* notify_all wants the lock, which the wait released */
+            if (fiber_cond_acquire(a->o, -1, NULL) == 0) {
+                fiber_cond_notify_all(a->o, NULL);
+                fiber_cond_release(a->o, NULL);
+            }
+        } else
+            fiber_barrier_reset(a->o, NULL);
+        fiber_future_wait(f, -1);
+    }
+    rc = fiber_future_get(f, a->out, 0);
+    if (rc)
+        snprintf(msg, msg_size, "%s", fiber_last_error());
+    fiber_future_free(f);
+    Py_END_ALLOW_THREADS
+    if (waited == -2)
+        return -2;
+    if (rc == 0 && a->op == OP_BARRIER_WAIT && a->out->len >= 8) {
+        memcpy(&a->scalar, a->out->data, 8);
+        a->out->len = 0;
+    }
+    return rc;
+}
+
 static PyObject *mobj_op(FbpMobj *self, PyObject *args)
 {
     struct op_args a = {.o = self->o, .timeout_ms = -1};
@@ -317,10 +397,19 @@ static PyObject *mobj_op(FbpMobj *self, PyObject *args)
     a.f = asynchronous ? &f : NULL;
     int rc;
     char msg[1024] = "";
-    FBP_CALL(rc, msg, run_op(&a));
+    if (asynchronous || a.timeout_ms == 0)
+        FBP_CALL(rc, msg, run_op(&a));
+    else if (waits_in_slices(a.op))
+        rc = fbp_wait_sliced(op_slice, &a, a.timeout_ms, msg, sizeof msg);
+    else if (a.op == OP_COND_WAIT || a.op == OP_BARRIER_WAIT)
+        rc = wait_interruptibly(&a, msg, sizeof msg);
+    else
+        FBP_CALL(rc, msg, run_op(&a));
     PyBuffer_Release(&data);
     PyObject *res;
-    if (rc)
+    if (rc == -2)
+        res = NULL;     /* a signal handler raised */
+    else if (rc)
         res = fbp_raise(rc, msg[0] ? msg : "operation not valid for this "
                                            "object");
     else if (asynchronous)

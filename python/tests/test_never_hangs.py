@@ -491,3 +491,89 @@ if __name__ == "__main__":
         assert r.get(timeout=120) == 42
     print("OK")
 ''', timeout=240))
+
+
+# Ctrl-C in a wait on a lock, semaphore, event, condition or barrier:
+# each waits in the run's manager with the GIL released, and before the
+# fix a KeyboardInterrupt came only when the wait ended (never, without a
+# timeout).  Each wait here has a 60 s timeout, and SIGINT comes 0.5 s in.
+INTERRUPTED_WAITS = r"""
+import json, os, signal, sys, threading, time
+import fiber
+
+def sigint_soon():
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGINT)
+
+def interrupted(wait):
+    threading.Thread(target=sigint_soon, daemon=True).start()
+    t = time.monotonic()
+    try:
+        wait()
+    except KeyboardInterrupt:
+        return round(time.monotonic() - t, 2)
+    return "not interrupted"
+
+def notify_later(cond):
+    with cond:
+        cond.notify_all()
+
+def wait_at(barrier, q):
+    try:
+        barrier.wait(60)
+        q.put("passed")
+    except threading.BrokenBarrierError:
+        q.put("broken")
+
+if __name__ == "__main__":
+    out = {}
+    held = fiber.Lock(); held.acquire()
+    out["lock"] = interrupted(lambda: held.acquire(timeout=60))
+    held.release()
+    rlock = fiber.RLock()
+    holder = threading.Thread(target=rlock.acquire)   # another thread's
+    holder.start()
+    holder.join()
+    out["rlock"] = interrupted(lambda: rlock.acquire(timeout=60))
+    out["sem"] = interrupted(lambda: fiber.Semaphore(0).acquire(timeout=60))
+    out["event"] = interrupted(lambda: fiber.Event().wait(60))
+    m = fiber.Manager()
+    out["manager lock"] = interrupted(
+        lambda: (lambda l: (l.acquire(), l.acquire(timeout=60)))(m.Lock()))
+    out["manager event"] = interrupted(lambda: m.Event().wait(60))
+
+    cond = fiber.Condition()
+    cond.acquire()
+    out["condition"] = interrupted(lambda: cond.wait(60))
+    cond.release()       # held again after the interrupt, as threading's
+    out["condition lock held again"] = True
+    # The condition still works: a wait is notified by another process.
+    cond.acquire()
+    n = fiber.Process(target=notify_later, args=(cond,))
+    n.start()
+    out["condition notified after"] = cond.wait(60)
+    cond.release()
+    n.join(30)
+
+    barrier = fiber.Barrier(3)
+    q = fiber.SimpleQueue()
+    other = fiber.Process(target=wait_at, args=(barrier, q))
+    other.start()
+    out["barrier"] = interrupted(lambda: barrier.wait(60))
+    out["barrier other party"] = q.get()
+    other.join(30)
+    print(json.dumps(out))
+"""
+
+
+def test_ctrl_c_ends_waits_on_sync_objects(script):
+    import json
+    r = script(INTERRUPTED_WAITS, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for kind in ("lock", "rlock", "sem", "event", "manager lock", "manager event",
+                 "condition", "barrier"):
+        assert isinstance(out[kind], float) and out[kind] < 10, (kind, out)
+    assert out["condition lock held again"] is True
+    assert out["condition notified after"] is True
+    assert out["barrier other party"] == "broken"
