@@ -245,17 +245,10 @@ def answer_error(exc, tb_text):
     return b"".join((head, body, _pack_bufs(bufs)))
 
 
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker, as text; attached to
-    the exception the caller gets as its __cause__ (as multiprocessing
-    does)."""
-
-    def __init__(self, tb):
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self):
-        return self.tb
+# The traceback of an exception raised in a worker, as text, attached to
+# the exception the caller gets as its __cause__: multiprocessing's own
+# class, so that code that checks for it (or CPython's tests) finds it.
+from multiprocessing.pool import RemoteTraceback  # noqa: E402
 
 
 def _decode_py(data):

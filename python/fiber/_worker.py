@@ -64,8 +64,25 @@ def _run_process(proc):
         sys.stderr.write("Process %s:\n" % proc.name)
         traceback.print_exc()
         code = 1
+    _join_threads()
     _flush()
     return code
+
+
+def _join_threads():
+    """Before the job ends, as a multiprocessing child does (its bootstrap
+    calls threading._shutdown): waits for the non-daemon threads that the
+    target started, which would otherwise be cut off mid-work.  Daemon
+    threads end with the process."""
+    import threading
+    me, main = threading.current_thread(), threading.main_thread()
+    while True:
+        left = [t for t in threading.enumerate()
+                if t is not me and t is not main and not t.daemon]
+        if not left:
+            return
+        for t in left:
+            t.join()
 
 
 def _unloadable_process(e):

@@ -34,6 +34,7 @@ Listener = _mpc.Listener
 Client = _mpc.Client
 answer_challenge = _mpc.answer_challenge
 deliver_challenge = _mpc.deliver_challenge
+families = _mpc.families    # the address families Listener and Client take
 
 __all__ = ["Client", "Listener", "Pipe", "wait", "Connection"]
 

@@ -88,6 +88,10 @@ class Process:
                            self._name)
         self._handle = _fiber.Process(payload, name=self._job_name(),
                                       **_job_meta(self._target))
+        # As multiprocessing does (bpo-30775): the job has its own copy, and
+        # the master no longer keeps the target and its arguments alive
+        # (a large array, or a cycle back to this object).
+        self._target, self._args, self._kwargs = None, (), {}
         with _lock:
             _children.add(self)
 
@@ -154,6 +158,8 @@ class Process:
 
     @property
     def pid(self):
+        if self._is_current():
+            return os.getpid()      # multiprocessing's child sees its own
         if self._handle is None:
             return None
         return self._handle.pid()

@@ -202,7 +202,9 @@ class Event(_Object):
         return self._try(_fiber.OP_EVENT_WAIT, _ms(True, timeout))
 
     def __repr__(self):
-        return "<Event(fiber) %s>" % ("set" if self.is_set() else "unset")
+        # multiprocessing's form, "<Event at 0x... set>"
+        return "<%s at %#x %s>" % (type(self).__qualname__, id(self),
+                                   "set" if self.is_set() else "unset")
 
 
 # ---- condition -------------------------------------------------------------------

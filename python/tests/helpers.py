@@ -442,3 +442,31 @@ def shareable_list_bump(name):
     for i in range(len(sl)):
         sl[i] += 1
     sl.shm.close()
+
+
+# ---- a Process's own view and its threads (test_process.py) --------------
+
+def put_own_pid(q):
+    """Puts (current_process().pid, os.getpid()) on q."""
+    import fiber
+    q.put((fiber.current_process().pid, os.getpid()))
+
+
+def _late_put(q):
+    import time
+    time.sleep(0.5)
+    q.put("thread done")
+
+
+def start_thread_and_return(q):
+    """Starts a non-daemon thread that puts on q after 0.5 s, and returns
+    at once: the job must wait for it, as a multiprocessing child does."""
+    import threading
+    threading.Thread(target=_late_put, args=(q,)).start()
+
+
+class HeldTarget:
+    """A callable whose collection a weakref can watch."""
+
+    def __call__(self, q):
+        q.put(5)

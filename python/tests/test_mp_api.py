@@ -689,3 +689,20 @@ def test_a_dead_default_manager_fails_waits_and_is_replaced():
     p.join(T)
     assert p.exitcode == 0 and counter.value == 10
     assert len(_default_manager_pids()) == 1
+
+
+def test_small_things_as_multiprocessing_has_them():
+    import multiprocessing.pool
+    import re
+    import fiber.connection
+    with fiber.Pool(1) as pool:
+        with pytest.raises(ZeroDivisionError) as info:
+            pool.apply(divmod, (1, 0))
+    cause = info.value.__cause__
+    assert type(cause) is multiprocessing.pool.RemoteTraceback
+    assert "ZeroDivisionError" in str(cause)
+    assert fiber.connection.families == multiprocessing.connection.families
+    ev = fiber.Event()
+    assert re.fullmatch(r"<Event at 0x[0-9a-f]+ unset>", repr(ev))
+    ev.set()
+    assert repr(ev).endswith(" set>")

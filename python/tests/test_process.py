@@ -5,6 +5,7 @@ import time
 import pytest
 
 import fiber
+import conftest
 import helpers
 
 
@@ -232,3 +233,39 @@ pool.terminate()
     # Pool() failed instead of starting jobs of its own.
     assert "[1, 2]" in r.stdout, r.stderr
     assert 'if __name__ == "__main__":' in r.stderr
+
+
+def test_the_child_sees_its_own_pid():
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=helpers.put_own_pid, args=(q,))
+    p.start()
+    seen, real = q.get()
+    p.join(30)
+    assert seen == real            # current_process().pid was None
+    if conftest.BACKEND == "local":
+        assert seen == p.pid
+
+
+def test_the_master_drops_the_target_once_started():
+    import gc
+    import weakref
+    target = helpers.HeldTarget()
+    ref = weakref.ref(target)
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=target, args=(q,))
+    del target
+    p.start()
+    gc.collect()
+    assert ref() is None           # multiprocessing drops it too (bpo-30775)
+    assert q.get() == 5            # the job had its own copy
+    p.join(30)
+    assert p.exitcode == 0
+
+
+def test_the_job_waits_for_its_non_daemon_threads():
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=helpers.start_thread_and_return, args=(q,))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert not q.empty() and q.get() == "thread done"
