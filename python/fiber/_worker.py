@@ -71,11 +71,15 @@ def _run_process(proc):
 
 def _join_threads():
     """Before the job ends, as a multiprocessing child does (its bootstrap
-    calls threading._shutdown): waits for the non-daemon threads that the
-    target started, which would otherwise be cut off mid-work.  Daemon
-    threads end with the process."""
+    calls threading._shutdown): runs threading's exit hooks (which tell a
+    concurrent.futures ThreadPoolExecutor's idle workers to end), then
+    waits for the non-daemon threads that the target started, which would
+    otherwise be cut off mid-work.  Daemon threads end with the process."""
     import threading
     me, main = threading.current_thread(), threading.main_thread()
+    if me is main and hasattr(threading, "_shutdown"):
+        threading._shutdown()       # the target runs on the main thread
+        return
     while True:
         left = [t for t in threading.enumerate()
                 if t is not me and t is not main and not t.daemon]

@@ -470,3 +470,11 @@ class HeldTarget:
 
     def __call__(self, q):
         q.put(5)
+
+
+def executor_left_open(q):
+    """Uses a ThreadPoolExecutor (non-daemon workers) without shutting it
+    down; threading's exit hook ends its workers, so the job ends."""
+    from concurrent.futures import ThreadPoolExecutor
+    ex = ThreadPoolExecutor(2)
+    q.put(ex.submit(pow, 2, 10).result())

@@ -269,3 +269,12 @@ def test_the_job_waits_for_its_non_daemon_threads():
     p.join(30)
     assert p.exitcode == 0
     assert not q.empty() and q.get() == "thread done"
+
+
+def test_a_thread_pool_executor_left_open_does_not_keep_the_job():
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=helpers.executor_left_open, args=(q,))
+    p.start()
+    assert q.get() == 1024
+    p.join(30)
+    assert p.exitcode == 0 and not p.is_alive()
