@@ -478,3 +478,9 @@ def executor_left_open(q):
     from concurrent.futures import ThreadPoolExecutor
     ex = ThreadPoolExecutor(2)
     q.put(ex.submit(pow, 2, 10).result())
+
+
+def send_numbers(conn, tag, n):
+    """Sends (tag, i) for i in range(n) on conn."""
+    for i in range(n):
+        conn.send((tag, i))

@@ -577,3 +577,27 @@ def test_ctrl_c_ends_waits_on_sync_objects(script):
     assert out["condition lock held again"] is True
     assert out["condition notified after"] is True
     assert out["barrier other party"] == "broken"
+
+
+def test_several_processes_write_to_one_pipe_end():
+    """multiprocessing lets workers share one Connection (CPython's
+    test_thousand does); a fiber pipe end handed to several processes
+    stays on the relayed queues instead of linking one of them directly
+    and refusing the others ("already connected directly")."""
+    import fiber
+    import helpers
+    r, w = fiber.Pipe(duplex=False)
+    assert not r.poll(0)     # the master's end waits first (the hard case)
+    procs = [fiber.Process(target=helpers.send_numbers, args=(w, k, 200))
+             for k in range(4)]
+    for p in procs:
+        p.start()
+    got = {k: [] for k in range(4)}
+    for _ in range(800):
+        assert r.poll(60)
+        tag, i = r.recv()
+        got[tag].append(i)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert all(got[k] == list(range(200)) for k in range(4))

@@ -22,7 +22,8 @@
  * whichever end is used first.
  *
  * The pipe stays relayed for good when both ends are first used in one
- * process, when an end is opened twice or handed on before the link, or
+ * process, when an end is opened twice, serialised twice by one handle
+ * (handed to several processes: SHARED) or handed on before the link, or
  * when the dialer cannot reach the listener (the rendezvous decides, once).
  * A linked end cannot be serialised again (FIBER_ESTATE): the link is its
  * handle's.  When the process at the other end of a link dies, or frees
@@ -109,6 +110,7 @@ struct fiber_pipe {
     uint32_t peer_pid;             /* who held it, for the message */
     int held;                      /* the rendezvous knows this handle as
                                       its side's holder (HOLD or JOIN) */
+    unsigned serialized;           /* times this handle was serialised */
     uint64_t sent_relayed, got_relayed;
     int64_t peer_relayed;          /* -1 until the peer's PIPE_LINK */
     int closed;                    /* this end's sending direction */
@@ -1046,6 +1048,15 @@ FIBER_API int fiber_pipe_serialize(fiber_pipe *p, fiber_buf *out)
         return fb_err(FIBER_EINVAL, "fiber_pipe_serialize: out is NULL");
     pthread_mutex_lock(&p->mu);
     int linked = p->state >= S_DIALING && p->state <= S_LINKED;
+    if (!linked && ++p->serialized == 2) {
+        /* Handed to a second process (workers sharing one end, as
+         * multiprocessing allows): no direct link, which one process
+         * would hold, but the relayed queues, which serve them all. */
+        uint32_t side = (uint32_t)p->side;
+        fiber_iov it = {&side, 4};
+        if (rdv_call(p, FB_PRDV_SHARED, &it, 1, NULL) != 0)
+            fb_log_debug("pipe: SHARED failed: %s", fiber_last_error());
+    }
     if (!linked && p->held) {
         /* The holder hands its side on: the side must not be declared
          * gone when this process ends before the next holder opens it. */

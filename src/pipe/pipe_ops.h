@@ -22,6 +22,13 @@
  *             opened or used in this process) was serialised: another
  *             process may open the side later, so the side is never
  *             declared gone.  Answers nothing.
+ *   SHARED    items: u32 side.  One handle of the side was serialised a
+ *             second time: several processes may use the side (workers
+ *             writing to one end, as multiprocessing allows), which a
+ *             direct link, one process's, cannot serve.  A JOIN after it
+ *             is answered RELAYED; a pipe already DIRECT stays so (a
+ *             second process that opens the linked side is refused, as
+ *             before).  Answers nothing.
  */
 #ifndef FB_PIPE_OPS_H
 #define FB_PIPE_OPS_H
@@ -32,6 +39,7 @@
 #define FB_PRDV_FALLBACK (FB_OP_KIND + 1)
 #define FB_PRDV_HOLD (FB_OP_KIND + 2)
 #define FB_PRDV_HANDED (FB_OP_KIND + 3)
+#define FB_PRDV_SHARED (FB_OP_KIND + 4)
 
 /* JOIN's verdicts. */
 #define FB_PRDV_WAIT 0    /* listen: the other end will dial this one */

@@ -49,6 +49,7 @@ struct prdv_side {
     const struct fb_oconn *holder_conn;
     uint32_t holder_pid;
     int several;     /* another handle of this side was seen too */
+    int shared;      /* SHARED: handed to several processes: no link */
     int gone;        /* its only holder's connection went away */
     char addr[FB_PIPE_ADDR_MAX];
 };
@@ -152,7 +153,10 @@ static void prdv_join(struct prdv *d, struct fb_oreq *req)
     me->conn = req->conn;
     memcpy(me->addr, req->items[3].data, req->items[3].len);
     me->addr[req->items[3].len] = '\0';
-    if (!other->joined)
+    if (me->shared || other->shared) {
+        d->mode = M_RELAYED; /* several processes use a side */
+        answer(d, req, FB_PRDV_RELAYED, NULL);
+    } else if (!other->joined)
         answer(d, req, FB_PRDV_WAIT, NULL);
     else if (other->pid == pid || !other->addr[0] || d->mode != M_OPEN) {
         d->mode = M_RELAYED;
@@ -192,6 +196,17 @@ static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
             return 1;
         }
         d->side[s].several = 1; /* a holder may come later: never gone */
+        d->side[s].gone = 0;
+        fb_oreq_reply(req, 0, NULL, 0);
+    }
+    else if (req->op == FB_PRDV_SHARED) {
+        uint32_t s = 2;
+        if (req->count != 1 || fb_item_u32(req, 0, &s) != 0 || s > 1) {
+            fb_oreq_fail(req, FIBER_EINVAL, "SHARED wants a side (0 or 1)");
+            return 1;
+        }
+        d->side[s].shared = 1;
+        d->side[s].several = 1; /* holders may come later: never gone */
         d->side[s].gone = 0;
         fb_oreq_reply(req, 0, NULL, 0);
     }

@@ -589,6 +589,47 @@ TEST(a_killed_peer_closes_the_pipe)
     fiber_pipe_free(a);
 }
 
+/* One end handed to three writers (the master serialises it three
+ * times), as multiprocessing lets workers share a Connection, while the
+ * master already waits on the other end: the pipe stays relayed (SHARED),
+ * so that each writer's messages arrive, in order.  Before, the first
+ * writer linked directly and the others' sends failed ("already
+ * connected directly"). */
+TEST(one_end_handed_to_several_writers_serves_them_all)
+{
+    enum { WRITERS = 3, EACH = 300 };
+    fiber_pipe *tx, *rx;
+    CHECK_OK(fiber_pipe_create(&tx, &rx, 0));
+    fiber_buf got = {0};
+    CHECK_ERR(fiber_pipe_recv(rx, &got, 0), FIBER_EAGAIN); /* rx joins */
+    fiber_process *w[WRITERS];
+    for (int k = 0; k < WRITERS; k++) {
+        struct job j = job_for(tx, EACH);
+        w[k] = start("send_and_go", &j);
+    }
+    fiber_pipe_free(tx);
+    int seen[EACH] = {0};
+    for (int n = 0; n < WRITERS * EACH; n++) {
+        got.len = 0;
+        CHECK_OK(fiber_pipe_recv(rx, &got, 30000));
+        CHECK_EQ(got.len, sizeof(int32_t));
+        int32_t v;
+        memcpy(&v, got.data, sizeof v);
+        CHECK(v >= 0 && v < EACH);
+        /* A writer's messages in order: v's count never passes v-1's. */
+        CHECK(v == 0 || seen[v] < seen[v - 1]);
+        seen[v]++;
+    }
+    for (int i = 0; i < EACH; i++)
+        CHECK_EQ(seen[i], WRITERS);
+    char addr[600];
+    CHECK_EQ(fb_pipe_peek(rx, addr, sizeof addr), 0); /* relayed */
+    for (int k = 0; k < WRITERS; k++)
+        CHECK_EQ(finish(w[k]), 0);
+    fiber_buf_free(&got);
+    fiber_pipe_free(rx);
+}
+
 /* A linked end cannot be handed on: serialising it says why. */
 TEST(a_linked_end_is_not_handed_on)
 {
