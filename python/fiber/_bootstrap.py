@@ -89,6 +89,7 @@ def run_job(name):
     if "FIBER_PY_MASTER_PID" in os.environ:
         _runtime.master_pid = os.environ.pop("FIBER_PY_MASTER_PID")
     _worker.name = name
+    _worker.tell_multiprocessing(name)
     _worker.install()
     _fiber.init(name)
     sys.exit("fiber job %s: fiber_init() returned in a job" % name)

@@ -49,6 +49,7 @@ def _run_process(proc):
     of a SystemExit)."""
     global current
     current = proc
+    tell_multiprocessing(proc.name, proc.authkey)
     code = 0
     try:
         proc.run()
@@ -67,6 +68,24 @@ def _run_process(proc):
     _join_threads()
     _flush()
     return code
+
+
+def tell_multiprocessing(name, authkey=None):
+    """What multiprocessing's own functions say in a job, for code that
+    still calls them (a library, logging's processName): its
+    current_process() gets the job's name (and a Process job's inherited
+    authkey), its parent_process() the master, as in a multiprocessing
+    child."""
+    try:
+        import multiprocessing.process as mpp
+        from .context import _ParentProcess
+        me = mpp.current_process()
+        me.name = name
+        if authkey is not None:
+            me.authkey = authkey
+        mpp._parent_process = _ParentProcess()
+    except Exception:
+        pass
 
 
 def _join_threads():

@@ -228,7 +228,19 @@ class _MainProcess:
     name = "MainProcess"
     daemon = False
     exitcode = None
-    authkey = os.urandom(32)  # multiprocessing's: random in the master
+
+    # multiprocessing's own current process's key (random in the master;
+    # in a Process job, the master's, set by fiber._worker), so that the
+    # two modules agree on it.
+    @property
+    def authkey(self):
+        import multiprocessing.process as mpp
+        return bytes(mpp.current_process().authkey)
+
+    @authkey.setter
+    def authkey(self, value):
+        import multiprocessing.process as mpp
+        mpp.current_process().authkey = bytes(value)
 
     @property
     def pid(self):

@@ -484,3 +484,18 @@ def send_numbers(conn, tag, n):
     """Sends (tag, i) for i in range(n) on conn."""
     for i in range(n):
         conn.send((tag, i))
+
+
+def multiprocessing_view(q=None):
+    """What multiprocessing's own functions say here (a job), and the
+    processName a logging record gets."""
+    import logging
+    import multiprocessing
+    parent = multiprocessing.parent_process()
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", (), None)
+    view = (multiprocessing.current_process().name, record.processName,
+            parent.pid if parent is not None else None,
+            bytes(multiprocessing.current_process().authkey))
+    if q is not None:
+        q.put(view)
+    return view

@@ -278,3 +278,22 @@ def test_a_thread_pool_executor_left_open_does_not_keep_the_job():
     assert q.get() == 1024
     p.join(30)
     assert p.exitcode == 0 and not p.is_alive()
+
+
+def test_multiprocessing_s_own_functions_in_a_job():
+    import multiprocessing
+    q = fiber.SimpleQueue()
+    p = fiber.Process(target=helpers.multiprocessing_view, args=(q,),
+                      name="viewer")
+    p.start()
+    name, log_name, parent_pid, key = q.get()
+    p.join(30)
+    assert (name, log_name) == ("viewer", "viewer")
+    assert parent_pid == os.getpid()
+    # one authkey: fiber's, multiprocessing's, and the job's inherited one
+    assert key == bytes(multiprocessing.current_process().authkey)
+    assert key == fiber.current_process().authkey
+    with fiber.Pool(1) as pool:
+        wname, wlog, wparent, _ = pool.apply(helpers.multiprocessing_view)
+    assert wname == wlog and wname != "MainProcess"
+    assert wparent == os.getpid()
