@@ -176,6 +176,25 @@ def on_shutdown(fn):
     _shutdown_hooks.append(fn)
 
 
+def on_shutdown_weak(method):
+    """Runs the bound method at shutdown if its object is still alive,
+    without keeping it alive: a Pool or Manager that the program drops is
+    collected (and its workers or its manager job end then), as
+    multiprocessing's are."""
+    import weakref
+    ref = weakref.WeakMethod(method)
+
+    def hook():
+        m = ref()
+        if m is not None:
+            m()
+    with _lock:
+        _shutdown_hooks[:] = [h for h in _shutdown_hooks
+                              if getattr(h, "_fiber_ref", ref)() is not None]
+        hook._fiber_ref = ref
+        _shutdown_hooks.append(hook)
+
+
 def _at_exit():
     for fn in reversed(_shutdown_hooks):
         try:

@@ -489,7 +489,7 @@ class BaseManager:
             raise RuntimeError("manager already started")
         _runtime.require_master("starting a Manager")
         self._m = _fiber.Manager()
-        _runtime.on_shutdown(self.shutdown)
+        _runtime.on_shutdown_weak(self.shutdown)
 
     def _check(self):
         if self._m is None:

@@ -12,6 +12,7 @@ import itertools
 import multiprocessing
 import threading
 import time
+import warnings
 import weakref
 
 from . import _envelope as env
@@ -221,7 +222,16 @@ class Pool:
         self._maps = []               # map results with callbacks, in order
         self._imaps = weakref.WeakSet()  # imap iterators join() drains
         self._cb_thread = None
-        _runtime.on_shutdown(self._at_exit)
+        _runtime.on_shutdown_weak(self._at_exit)
+
+    def __del__(self, _warn=warnings.warn):
+        # A pool dropped while running (``Pool(4).map(f, xs)`` in a loop):
+        # multiprocessing's warning, and its C pool's collection ends the
+        # workers (it stayed alive until exit, with every worker).
+        if getattr(self, "_state", None) == RUN and \
+                getattr(self, "_pool", None) is not None:
+            _warn("unclosed running multiprocessing pool %r" % self,
+                  ResourceWarning, source=self)
 
     # -- starting --
     def _start(self, func=None):

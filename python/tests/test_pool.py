@@ -889,3 +889,47 @@ def test_a_malformed_task_gets_an_error_naming_it(pool):
         with pytest.raises(fiber.FiberError, match="cannot read a task"):
             pool._pool.apply_async(bad).get(-1)
     assert env.decode(pool._pool.apply_async(good).get(-1)) == 9
+
+
+@pytest.mark.local_only
+def test_a_dropped_pool_is_collected_and_its_workers_end():
+    """``fiber.Pool(2).map(...)`` in a loop, never closed: each pool is
+    collected when dropped, as multiprocessing's is, and its workers end
+    (a shutdown hook held every pool, and its workers, until exit)."""
+    import gc
+    import warnings
+    import weakref
+    pids = set()
+    refs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        for _ in range(5):
+            pool = fiber.Pool(2)
+            pids.update(pool.map(helpers.getpid, range(8)))
+            refs.append(weakref.ref(pool))
+            del pool
+            gc.collect()
+    assert all(r() is None for r in refs)
+    # multiprocessing's warning (recording it keeps that pool: its source)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        fiber.Pool(1).map(helpers.getpid, range(2))
+        gc.collect()
+    assert any("unclosed running multiprocessing pool" in str(w.message)
+               for w in caught)
+    del caught
+    deadline = time.monotonic() + 30
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in alive if _running(p)}
+        time.sleep(0.1)
+    assert not alive, "workers of dropped pools still running: %s" % alive
+
+
+def _running(pid):
+    """pid is a live process (not a zombie: PID 1 may reap late)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
