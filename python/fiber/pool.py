@@ -19,7 +19,9 @@ from . import _envelope as env
 from . import _fiber, _runtime
 from .process import _job_meta, _meta_of
 
-RUN, CLOSE, TERMINATE = 0, 1, 2
+# multiprocessing.pool's states (its strings), so that code that reads or
+# sets a pool's _state as multiprocessing's tests do means the same here.
+from multiprocessing.pool import CLOSE, RUN, TERMINATE  # noqa: E402
 _NO_SHARED = object()   # shared= not given (None is a value to share)
 
 
@@ -228,8 +230,7 @@ class Pool:
         # A pool dropped while running (``Pool(4).map(f, xs)`` in a loop):
         # multiprocessing's warning, and its C pool's collection ends the
         # workers (it stayed alive until exit, with every worker).
-        if getattr(self, "_state", None) == RUN and \
-                getattr(self, "_pool", None) is not None:
+        if getattr(self, "_state", None) == RUN:
             _warn("unclosed running multiprocessing pool %r" % self,
                   ResourceWarning, source=self)
 
