@@ -315,9 +315,9 @@ static int run_op(struct op_args *a)
  *   out breaks the barrier): the call is made asynchronously and its
  *   future waited for in slices.  When a handler raises, the condition is
  *   notified (all: its lock taken for that and given back) or the
- *   barrier reset, so that the call returns, which
- *   it does with the condition's lock held again, as threading's wait
- *   holds it when it raises; then the handler's exception propagates.
+ *   barrier reset, so that the call returns, which it does with the
+ *   condition's lock held again, as threading's wait holds it when it
+ *   raises; then the handler's exception propagates.
  *   The other waiters of that condition wake as from a spurious wakeup,
  *   and those of the barrier get BrokenBarrierError, as when a thread's
  *   wait on a threading.Barrier is interrupted. */
