@@ -83,9 +83,7 @@ def run_job(name):
     """Steps 2 and 3, for a job this module started or one that
     fiber._forkserver forked (which has done step 1 once for all)."""
     from . import _fiber, _runtime, _worker
-    from .shared_memory import untrack_in_job
     _runtime.child_mode = True
-    untrack_in_job()
     if "FIBER_PY_MASTER_PID" in os.environ:
         _runtime.master_pid = os.environ.pop("FIBER_PY_MASTER_PID")
     _worker.name = name

@@ -93,19 +93,12 @@ def _join_threads():
     calls threading._shutdown): runs threading's exit hooks (which tell a
     concurrent.futures ThreadPoolExecutor's idle workers to end), then
     waits for the non-daemon threads that the target started, which would
-    otherwise be cut off mid-work.  Daemon threads end with the process."""
+    otherwise be cut off mid-work.  Daemon threads end with the process.
+    A Process target runs on the job's main thread (fiber_init is called
+    there), the one thread threading._shutdown may be called from."""
     import threading
-    me, main = threading.current_thread(), threading.main_thread()
-    if me is main and hasattr(threading, "_shutdown"):
-        threading._shutdown()       # the target runs on the main thread
-        return
-    while True:
-        left = [t for t in threading.enumerate()
-                if t is not me and t is not main and not t.daemon]
-        if not left:
-            return
-        for t in left:
-            t.join()
+    if threading.current_thread() is threading.main_thread():
+        threading._shutdown()
 
 
 def _unloadable_process(e):

@@ -14,14 +14,14 @@ import threading
 import time
 import warnings
 import weakref
+# multiprocessing.pool's states (its strings), so that code that reads or
+# sets a pool's _state as multiprocessing's tests do means the same here.
+from multiprocessing.pool import CLOSE, RUN, TERMINATE
 
 from . import _envelope as env
 from . import _fiber, _runtime
 from .process import _job_meta, _meta_of
 
-# multiprocessing.pool's states (its strings), so that code that reads or
-# sets a pool's _state as multiprocessing's tests do means the same here.
-from multiprocessing.pool import CLOSE, RUN, TERMINATE  # noqa: E402
 _NO_SHARED = object()   # shared= not given (None is a value to share)
 
 

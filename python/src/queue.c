@@ -357,10 +357,6 @@ static int settle(FbpQueue *self, char *msg, size_t msg_size)
     return rc;
 }
 
-/* Gathers data (a message: a pickle or codec.c's encoding) for a
- * pipelined put: hands it over now (with what was gathered before it)
- * when it is a lone put or the batch is full, else leaves it to the
- * flusher.  GIL held.  Returns 0 or a code with its text in msg. */
 /* Hands over what self gathered, from a put: GIL held, released for the
  * send.  Returns 0 or a code with its text in msg. */
 static int hand_over_now(FbpQueue *self, char *msg, size_t msg_size)
@@ -376,6 +372,10 @@ static int hand_over_now(FbpQueue *self, char *msg, size_t msg_size)
     return rc;
 }
 
+/* Gathers data (a message: a pickle or codec.c's encoding) for a
+ * pipelined put: hands it over now (with what was gathered before it)
+ * when it is a lone put or the batch is full, else leaves it to the
+ * flusher.  GIL held.  Returns 0 or a code with its text in msg. */
 static int gather(FbpQueue *self, const char *data, size_t len, char *msg,
                   size_t msg_size)
 {

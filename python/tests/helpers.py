@@ -499,3 +499,12 @@ def multiprocessing_view(q=None):
     if q is not None:
         q.put(view)
     return view
+
+
+def process_running(pid):
+    """pid is a live process, not a zombie (PID 1 may reap late)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

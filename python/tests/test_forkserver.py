@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import conftest
+import helpers
 
 pytestmark = pytest.mark.local_only
 
@@ -345,14 +346,8 @@ if __name__ == "__main__":
         master.wait(30)
     assert len(pids) == 4, pids
 
-    def alive(pid):
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
+    running = helpers.process_running
     deadline = time.time() + 20
-    while time.time() < deadline and any(alive(p) for p in pids):
+    while time.time() < deadline and any(running(p) for p in pids):
         time.sleep(0.1)
-    assert not [p for p in pids if alive(p)]
+    assert not [p for p in pids if running(p)]

@@ -921,15 +921,7 @@ def test_a_dropped_pool_is_collected_and_its_workers_end():
     deadline = time.monotonic() + 30
     alive = set(pids)
     while alive and time.monotonic() < deadline:
-        alive = {p for p in alive if _running(p)}
+        alive = {p for p in alive if helpers.process_running(p)}
         time.sleep(0.1)
     assert not alive, "workers of dropped pools still running: %s" % alive
 
-
-def _running(pid):
-    """pid is a live process (not a zombie: PID 1 may reap late)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False

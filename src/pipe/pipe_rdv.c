@@ -189,24 +189,16 @@ static int prdv_call(struct fb_obj *o, struct fb_oreq *req)
         prdv_join(d, req);
     else if (req->op == FB_PRDV_HOLD)
         prdv_hold(d, req);
-    else if (req->op == FB_PRDV_HANDED) {
+    else if (req->op == FB_PRDV_HANDED || req->op == FB_PRDV_SHARED) {
+        int shared = req->op == FB_PRDV_SHARED;
         uint32_t s = 2;
         if (req->count != 1 || fb_item_u32(req, 0, &s) != 0 || s > 1) {
-            fb_oreq_fail(req, FIBER_EINVAL, "HANDED wants a side (0 or 1)");
+            fb_oreq_fail(req, FIBER_EINVAL, "%s wants a side (0 or 1)",
+                         shared ? "SHARED" : "HANDED");
             return 1;
         }
+        d->side[s].shared |= shared;
         d->side[s].several = 1; /* a holder may come later: never gone */
-        d->side[s].gone = 0;
-        fb_oreq_reply(req, 0, NULL, 0);
-    }
-    else if (req->op == FB_PRDV_SHARED) {
-        uint32_t s = 2;
-        if (req->count != 1 || fb_item_u32(req, 0, &s) != 0 || s > 1) {
-            fb_oreq_fail(req, FIBER_EINVAL, "SHARED wants a side (0 or 1)");
-            return 1;
-        }
-        d->side[s].shared = 1;
-        d->side[s].several = 1; /* holders may come later: never gone */
         d->side[s].gone = 0;
         fb_oreq_reply(req, 0, NULL, 0);
     }

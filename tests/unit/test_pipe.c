@@ -20,6 +20,7 @@
 
 #include "base/common.h"
 #include "objsrv/objsrv.h"
+#include "pipe/pipe_ops.h"
 #include "runtime/runtime.h"
 #include "harness.h"
 
@@ -628,6 +629,45 @@ TEST(one_end_handed_to_several_writers_serves_them_all)
         CHECK_EQ(finish(w[k]), 0);
     fiber_buf_free(&got);
     fiber_pipe_free(rx);
+}
+
+/* HANDED and SHARED from a hostile or broken client: a missing or wrong
+ * side is refused with a message naming the operation, and the pipe
+ * still works afterwards. */
+TEST(malformed_handed_and_shared_are_refused)
+{
+    fiber_pipe *a, *b;
+    CHECK_OK(fiber_pipe_create(&a, &b, 1));
+    fiber_buf ser = {0};
+    CHECK_OK(fiber_pipe_serialize(a, &ser));
+    char addr[FB_PIPE_ADDR_MAX];
+    uint8_t token[FB_WIRE_TOKEN_LEN];
+    uint32_t send_obj, recv_obj, rdv;
+    CHECK_OK(fb_handle_decode(ser.data, ser.len - 5, FB_HANDLE_PIPE, addr,
+                              sizeof addr, token, &send_obj, &recv_obj));
+    memcpy(&rdv, (const char *)ser.data + ser.len - 5, 4);
+    struct fb_oclient *c;
+    CHECK_OK(fb_oclient_get(addr, token, &c));
+    uint32_t bad = 7, good = 0;
+    fiber_iov bad_side = {&bad, 4}, two[2] = {{&good, 4}, {&good, 4}};
+    CHECK_ERR(fb_ocall(c, rdv, FB_PRDV_SHARED, 10000, &bad_side, 1, NULL),
+              FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "SHARED wants a side") != NULL);
+    CHECK_ERR(fb_ocall(c, rdv, FB_PRDV_SHARED, 10000, two, 2, NULL),
+              FIBER_EINVAL);
+    CHECK_ERR(fb_ocall(c, rdv, FB_PRDV_HANDED, 10000, NULL, 0, NULL),
+              FIBER_EINVAL);
+    CHECK(strstr(fiber_last_error(), "HANDED wants a side") != NULL);
+    fb_oclient_release(c);
+    /* Nothing was changed: the ends still talk. */
+    fiber_buf got = {0};
+    CHECK_OK(fiber_pipe_send(a, "hi", 2, -1));
+    CHECK_OK(fiber_pipe_recv(b, &got, 20000));
+    CHECK_EQ(got.len, 2);
+    fiber_buf_free(&got);
+    fiber_buf_free(&ser);
+    fiber_pipe_free(a);
+    fiber_pipe_free(b);
 }
 
 /* A linked end cannot be handed on: serialising it says why. */
